@@ -1,0 +1,231 @@
+//! One served model: its tokenizer, queue, batcher and inference threads.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aleph_models::{Batch, Encoded, LoadedModel, ModelError, ModelInfo, TextTokenizer};
+use tokio::sync::oneshot;
+
+use crate::batcher::BatchPolicy;
+use crate::error::EngineError;
+use crate::queue::{Queue, Reply};
+use crate::tokenize::TokenizerPool;
+use crate::worker::{spawn_batcher, spawn_inference, WorkerStats};
+
+/// Scheduling limits for one model.
+#[derive(Debug, Clone)]
+pub struct HandleConfig {
+    /// Most sequences per forward pass.
+    pub batch_size: usize,
+    /// Most tokens per forward pass (padded tokens when the backend pads).
+    pub max_batch_tokens: usize,
+    /// Most items waiting in the queue before requests are refused.
+    pub queue_size: usize,
+    /// Run the largest batch once at start-up.
+    pub warmup: bool,
+}
+
+/// Vectors for one request, in input order, with what they cost.
+#[derive(Debug, Clone)]
+pub struct EmbedResult {
+    pub embeddings: Vec<Vec<f32>>,
+    /// Tokens fed to the model, special tokens included, after truncation.
+    pub prompt_tokens: usize,
+    pub tokenization_time: Duration,
+    /// The longest any item waited for a batch.
+    pub queue_time: Duration,
+    /// The longest forward pass among the request's batches.
+    pub inference_time: Duration,
+}
+
+/// A snapshot of a model's scheduling state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelStats {
+    pub queue_depth: usize,
+    pub queue_limit: usize,
+    pub batch_size: usize,
+    pub running_batches: usize,
+    pub last_batch_size: usize,
+    pub batches: usize,
+    pub failed_batches: usize,
+}
+
+pub struct ModelHandle {
+    name: String,
+    info: ModelInfo,
+    tokenizer: Arc<TextTokenizer>,
+    pool: Arc<TokenizerPool>,
+    queue: Arc<Queue>,
+    config: HandleConfig,
+    stats: Arc<WorkerStats>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl ModelHandle {
+    /// Warms the model up (if configured) and starts its threads.
+    pub fn start(
+        name: String,
+        loaded: LoadedModel,
+        config: HandleConfig,
+        pool: Arc<TokenizerPool>,
+    ) -> Result<Self, ModelError> {
+        let LoadedModel {
+            model,
+            tokenizer,
+            info,
+        } = loaded;
+        if config.warmup {
+            warmup(&name, model.as_ref(), &tokenizer, &info, &config)?;
+        }
+        let policy = BatchPolicy {
+            max_items: config.batch_size,
+            max_tokens: config.max_batch_tokens,
+            pads: info.pads,
+        };
+        let queue = Arc::new(Queue::new(config.queue_size));
+        let stats = Arc::new(WorkerStats::default());
+        // Rendezvous: the batcher holds the next batch until the model takes it.
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        let threads = vec![
+            spawn_batcher(name.clone(), queue.clone(), policy, tx),
+            spawn_inference(name.clone(), model, rx, stats.clone()),
+        ];
+        Ok(ModelHandle {
+            name,
+            info,
+            tokenizer: Arc::new(tokenizer),
+            pool,
+            queue,
+            config,
+            stats,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn config(&self) -> &HandleConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> ModelStats {
+        ModelStats {
+            queue_depth: self.queue.depth(),
+            queue_limit: self.config.queue_size,
+            batch_size: self.config.batch_size,
+            running_batches: self.stats.running.load(Ordering::Relaxed),
+            last_batch_size: self.stats.last_batch_size.load(Ordering::Relaxed),
+            batches: self.stats.batches.load(Ordering::Relaxed),
+            failed_batches: self.stats.failed_batches.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Embeds `texts`. Dropping the returned future abandons its queued items before they cost compute.
+    pub async fn embed(&self, texts: Vec<String>) -> Result<EmbedResult, EngineError> {
+        let started = Instant::now();
+        let encoded = self.tokenize(texts).await?;
+        let tokenization_time = started.elapsed();
+        metrics::histogram!("aleph_tokenization_duration_seconds", "model" => self.name.clone())
+            .record(tokenization_time.as_secs_f64());
+        let prompt_tokens = encoded.iter().map(Encoded::len).sum();
+
+        let (replies, receivers): (Vec<Reply>, Vec<_>) =
+            encoded.iter().map(|_| oneshot::channel()).unzip();
+        self.queue
+            .push_all(&self.name, encoded.into_iter().zip(replies).collect())?;
+        metrics::gauge!("aleph_queue_depth", "model" => self.name.clone())
+            .set(self.queue.depth() as f64);
+
+        let mut result = EmbedResult {
+            embeddings: Vec::with_capacity(receivers.len()),
+            prompt_tokens,
+            tokenization_time,
+            queue_time: Duration::ZERO,
+            inference_time: Duration::ZERO,
+        };
+        for rx in receivers {
+            let out = rx
+                .await
+                .map_err(|_| EngineError::ShuttingDown(self.name.clone()))??;
+            result.queue_time = result.queue_time.max(out.queue_time);
+            result.inference_time = result.inference_time.max(out.inference_time);
+            result.embeddings.push(out.vector);
+        }
+        metrics::histogram!("aleph_queue_duration_seconds", "model" => self.name.clone())
+            .record(result.queue_time.as_secs_f64());
+        Ok(result)
+    }
+
+    /// Tokenizes on the pool, split into one chunk per pool thread.
+    async fn tokenize(&self, texts: Vec<String>) -> Result<Vec<Encoded>, EngineError> {
+        let chunk = texts.len().div_ceil(self.pool.workers()).max(16);
+        let mut jobs = Vec::new();
+        let mut texts = texts.into_iter();
+        loop {
+            let part: Vec<String> = texts.by_ref().take(chunk).collect();
+            if part.is_empty() {
+                break;
+            }
+            let tok = self.tokenizer.clone();
+            jobs.push(self.pool.run(move || {
+                part.iter()
+                    .map(|t| tok.encode(t))
+                    .collect::<Result<Vec<_>, _>>()
+            }));
+        }
+        let mut out = Vec::new();
+        for job in jobs {
+            let part = job
+                .await
+                .ok_or_else(|| EngineError::Tokenization("the tokenizer panicked".into()))?
+                .map_err(|e| EngineError::Tokenization(e.to_string()))?;
+            out.extend(part);
+        }
+        Ok(out)
+    }
+
+    /// Stops accepting work, lets queued work finish, and joins the threads.
+    pub fn shutdown(&self) {
+        self.queue.close();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs the largest batch the limits allow, so memory problems show at boot, and logs the rate.
+fn warmup(
+    name: &str,
+    model: &dyn aleph_models::Model,
+    tokenizer: &TextTokenizer,
+    info: &ModelInfo,
+    config: &HandleConfig,
+) -> Result<(), ModelError> {
+    let text = "warm ".repeat(info.window);
+    let seq = tokenizer.encode(&text)?;
+    let count = (config.max_batch_tokens / seq.len().max(1)).clamp(1, config.batch_size);
+    let mut batch = Batch::new();
+    for _ in 0..count {
+        batch.push(&seq.ids, &seq.type_ids);
+    }
+    let started = Instant::now();
+    model.forward(&batch)?;
+    let secs = started.elapsed().as_secs_f64();
+    tracing::info!(
+        model = name,
+        "warm-up: {count} x {} tokens in {:.0} ms ({:.0} tokens/s)",
+        seq.len(),
+        secs * 1e3,
+        batch.total_tokens() as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}

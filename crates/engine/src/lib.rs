@@ -1,0 +1,18 @@
+//! Aleph's serving engine: everything between a parsed request and a model's forward pass.
+//!
+//! Per served model a [`ModelHandle`] owns a bounded queue, a batcher thread that cuts batches by a
+//! token budget, and an inference thread that owns the model. Tokenization runs on a shared
+//! [`TokenizerPool`] of OS threads, never on the async runtime. Nothing here knows about HTTP.
+
+mod batcher;
+pub mod error;
+mod handle;
+mod queue;
+pub mod registry;
+mod tokenize;
+mod worker;
+
+pub use error::EngineError;
+pub use handle::{EmbedResult, HandleConfig, ModelHandle, ModelStats};
+pub use registry::ModelRegistry;
+pub use tokenize::TokenizerPool;

@@ -1,0 +1,144 @@
+//! The two threads behind each model: the batcher, which cuts batches from the queue and keeps one
+//! ready, and the inference thread, which owns the model and runs them.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aleph_models::{Batch, Model};
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender};
+
+use crate::batcher::BatchPolicy;
+use crate::error::EngineError;
+use crate::queue::{Item, ItemOutput, Queue};
+
+/// Counters the inference thread keeps for `/models` and `/metrics`.
+#[derive(Default)]
+pub(crate) struct WorkerStats {
+    pub running: AtomicUsize,
+    pub last_batch_size: AtomicUsize,
+    pub batches: AtomicUsize,
+    pub failed_batches: AtomicUsize,
+}
+
+/// How often a prepared batch is re-cut while the model is still busy.
+const RECUT_EVERY: Duration = Duration::from_millis(1);
+
+pub(crate) fn spawn_batcher(
+    model: String,
+    queue: Arc<Queue>,
+    policy: BatchPolicy,
+    to_worker: Sender<Vec<Item>>,
+) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("aleph-batch-{model}"))
+        .spawn(move || {
+            while let Some((mut batch, mut generation)) = queue.next_batch(&policy) {
+                // Hold exactly one batch ready; while the model is busy, fold new arrivals into it.
+                loop {
+                    match to_worker.send_timeout(batch, RECUT_EVERY) {
+                        Ok(()) => break,
+                        Err(SendTimeoutError::Timeout(b)) => {
+                            (batch, generation) = queue.recut(b, generation, &policy)
+                        }
+                        Err(SendTimeoutError::Disconnected(b)) => {
+                            fail(b, &EngineError::ShuttingDown(model.clone()));
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .expect("spawning a batcher thread")
+}
+
+pub(crate) fn spawn_inference(
+    model_name: String,
+    model: Box<dyn Model>,
+    from_batcher: Receiver<Vec<Item>>,
+    stats: Arc<WorkerStats>,
+) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("aleph-infer-{model_name}"))
+        .spawn(move || {
+            while let Ok(items) = from_batcher.recv() {
+                run_batch(&model_name, model.as_ref(), items, &stats);
+            }
+        })
+        .expect("spawning an inference thread")
+}
+
+fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &WorkerStats) {
+    // Last chance to skip work nobody waits for.
+    let items: Vec<Item> = items.into_iter().filter(|i| !i.abandoned()).collect();
+    if items.is_empty() {
+        return;
+    }
+    let mut batch = Batch::new();
+    for item in &items {
+        batch.push(&item.encoded.ids, &item.encoded.type_ids);
+    }
+    let labels = [("model", model_name.to_string())];
+    metrics::histogram!("aleph_batch_size", &labels).record(batch.len() as f64);
+    metrics::histogram!("aleph_batch_tokens", &labels).record(batch.total_tokens() as f64);
+
+    stats.running.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| model.forward(&batch)));
+    let inference_time = started.elapsed();
+    stats.running.fetch_sub(1, Ordering::Relaxed);
+    stats.last_batch_size.store(batch.len(), Ordering::Relaxed);
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+    metrics::histogram!("aleph_inference_duration_seconds", &labels)
+        .record(inference_time.as_secs_f64());
+
+    let outcome = match result {
+        Ok(Ok(out)) if out.embeddings.len() == items.len() => Ok(out.embeddings),
+        Ok(Ok(out)) => Err(format!(
+            "model returned {} outputs for {} inputs",
+            out.embeddings.len(),
+            items.len()
+        )),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(panic) => Err(format!("the model panicked: {}", panic_message(&panic))),
+    };
+    match outcome {
+        Ok(vectors) => {
+            for (item, vector) in items.into_iter().zip(vectors) {
+                let queue_time = started.saturating_duration_since(item.enqueued);
+                let _ = item.reply.send(Ok(ItemOutput {
+                    vector,
+                    queue_time,
+                    inference_time,
+                }));
+            }
+        }
+        Err(message) => {
+            stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                model = model_name,
+                size = items.len(),
+                "batch failed: {message}"
+            );
+            fail(items, &EngineError::Inference(message));
+        }
+    }
+}
+
+fn fail(items: Vec<Item>, error: &EngineError) {
+    for item in items {
+        let _ = item.reply.send(Err(error.clone()));
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".into()
+    }
+}

@@ -1,0 +1,310 @@
+//! BERT encoder (transformers' `BertModel`), on candle.
+//!
+//! Layer structs mirror the checkpoint's tensor names (`encoder.layer.N.attention.self.query`, ...), so
+//! a missing or mis-shaped weight is an error that names it. Query, key and value are fused into one
+//! matrix at load time: one GEMM instead of three.
+
+use candle_core::{DType, Device, Module, Tensor};
+use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use serde::Deserialize;
+
+use crate::batch::Batch;
+use crate::error::ModelError;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default)]
+    pub pad_token_id: u32,
+    #[serde(default = "default_pos_type")]
+    pub position_embedding_type: String,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_pos_type() -> String {
+    "absolute".into()
+}
+
+/// The activations transformers names in `hidden_act`.
+#[derive(Debug, Clone, Copy)]
+enum Activation {
+    GeluErf,
+    GeluTanh,
+    Relu,
+}
+
+impl Activation {
+    fn parse(name: &str) -> Result<Self, ModelError> {
+        match name {
+            "gelu" => Ok(Activation::GeluErf),
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
+            "relu" => Ok(Activation::Relu),
+            other => Err(ModelError::Unsupported(format!("hidden_act `{other}`"))),
+        }
+    }
+
+    fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Activation::GeluErf => x.gelu_erf(),
+            Activation::GeluTanh => x.gelu(),
+            Activation::Relu => x.relu(),
+        }
+    }
+}
+
+/// A linear layer with its weight stored transposed (`[in, out]`), ready for `x @ w`.
+struct Dense {
+    weight_t: Tensor,
+    bias: Tensor,
+}
+
+impl Dense {
+    fn load(vb: VarBuilder, inp: usize, out: usize) -> candle_core::Result<Self> {
+        let w = vb.get((out, inp), "weight")?;
+        let b = vb.get(out, "bias")?;
+        Ok(Dense {
+            weight_t: w.t()?.contiguous()?,
+            bias: b,
+        })
+    }
+
+    /// Concatenates several layers with the same input into one wider layer.
+    fn fuse(parts: Vec<(Tensor, Tensor)>) -> candle_core::Result<Self> {
+        let (ws, bs): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        let w = Tensor::cat(&ws, 0)?;
+        let b = Tensor::cat(&bs, 0)?;
+        Ok(Dense {
+            weight_t: w.t()?.contiguous()?,
+            bias: b,
+        })
+    }
+
+    /// `x`: `[rows, in]` → `[rows, out]`.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
+    }
+}
+
+struct Embeddings {
+    word: Embedding,
+    position: Embedding,
+    token_type: Option<Embedding>,
+    norm: LayerNorm,
+}
+
+impl Embeddings {
+    fn load(vb: VarBuilder, cfg: &BertConfig) -> candle_core::Result<Self> {
+        let h = cfg.hidden_size;
+        let word = candle_nn::embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?;
+        let position =
+            candle_nn::embedding(cfg.max_position_embeddings, h, vb.pp("position_embeddings"))?;
+        let token_type = if cfg.type_vocab_size > 0 {
+            Some(candle_nn::embedding(
+                cfg.type_vocab_size,
+                h,
+                vb.pp("token_type_embeddings"),
+            )?)
+        } else {
+            None
+        };
+        let norm = candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("LayerNorm"))?;
+        Ok(Embeddings {
+            word,
+            position,
+            token_type,
+            norm,
+        })
+    }
+
+    /// `ids`, `type_ids`: `[b, l]`; `positions`: `[l]`. Returns `[b, l, h]`.
+    fn forward(
+        &self,
+        ids: &Tensor,
+        type_ids: &Tensor,
+        positions: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let mut x = self.word.forward(ids)?;
+        if let Some(tt) = &self.token_type {
+            x = (x + tt.forward(type_ids)?)?;
+        }
+        x = x.broadcast_add(&self.position.forward(positions)?)?;
+        self.norm.forward(&x)
+    }
+}
+
+struct Layer {
+    qkv: Dense,
+    attn_out: Dense,
+    attn_norm: LayerNorm,
+    intermediate: Dense,
+    output: Dense,
+    out_norm: LayerNorm,
+}
+
+impl Layer {
+    fn load(vb: VarBuilder, cfg: &BertConfig) -> candle_core::Result<Self> {
+        let h = cfg.hidden_size;
+        let sa = vb.pp("attention").pp("self");
+        let part = |name: &str| -> candle_core::Result<(Tensor, Tensor)> {
+            Ok((
+                sa.pp(name).get((h, h), "weight")?,
+                sa.pp(name).get(h, "bias")?,
+            ))
+        };
+        let qkv = Dense::fuse(vec![part("query")?, part("key")?, part("value")?])?;
+        let ao = vb.pp("attention").pp("output");
+        Ok(Layer {
+            qkv,
+            attn_out: Dense::load(ao.pp("dense"), h, h)?,
+            attn_norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, ao.pp("LayerNorm"))?,
+            intermediate: Dense::load(vb.pp("intermediate").pp("dense"), h, cfg.intermediate_size)?,
+            output: Dense::load(vb.pp("output").pp("dense"), cfg.intermediate_size, h)?,
+            out_norm: candle_nn::layer_norm(
+                h,
+                cfg.layer_norm_eps,
+                vb.pp("output").pp("LayerNorm"),
+            )?,
+        })
+    }
+}
+
+/// The encoder: embeddings and `num_hidden_layers` transformer layers.
+pub struct Bert {
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+    act: Activation,
+    heads: usize,
+    hidden: usize,
+    device: Device,
+}
+
+impl Bert {
+    /// Loads from a var builder rooted where `embeddings.*` and `encoder.*` live (the `bert.` prefix, if
+    /// any, already applied).
+    pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Self, ModelError> {
+        if cfg.position_embedding_type != "absolute" {
+            return Err(ModelError::Unsupported(format!(
+                "position_embedding_type `{}` (only `absolute`)",
+                cfg.position_embedding_type
+            )));
+        }
+        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
+            return Err(ModelError::Unsupported(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                cfg.hidden_size, cfg.num_attention_heads
+            )));
+        }
+        let act = Activation::parse(&cfg.hidden_act)?;
+        let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
+        let embeddings = Embeddings::load(vb.pp("embeddings"), cfg).map_err(weights)?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i), cfg))
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map_err(weights)?;
+        Ok(Bert {
+            embeddings,
+            layers,
+            act,
+            heads: cfg.num_attention_heads,
+            hidden: cfg.hidden_size,
+            device: vb.device().clone(),
+        })
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    /// Runs the batch padded to its longest sequence. Returns `[b, l, h]` states.
+    pub fn forward(&self, batch: &Batch) -> candle_core::Result<Tensor> {
+        let (b, l) = (batch.len(), batch.max_len);
+        let mut ids = vec![0u32; b * l];
+        let mut type_ids = vec![0u32; b * l];
+        // Additive attention bias: 0 for real keys, a huge negative for padding.
+        let mut bias = vec![f32::MIN; b * l];
+        for i in 0..b {
+            let (start, end) = (batch.cu_seqlens[i], batch.cu_seqlens[i + 1]);
+            let n = end - start;
+            ids[i * l..i * l + n].copy_from_slice(&batch.input_ids[start..end]);
+            type_ids[i * l..i * l + n].copy_from_slice(&batch.token_type_ids[start..end]);
+            bias[i * l..i * l + n].fill(0.0);
+        }
+        let dev = &self.device;
+        let ids = Tensor::from_vec(ids, (b, l), dev)?;
+        let type_ids = Tensor::from_vec(type_ids, (b, l), dev)?;
+        let bias = Tensor::from_vec(bias, (b, 1, 1, l), dev)?;
+        let positions = Tensor::arange(0u32, l as u32, dev)?;
+
+        let x = self.embeddings.forward(&ids, &type_ids, &positions)?;
+        let mut x = x.reshape((b * l, self.hidden))?;
+        for layer in &self.layers {
+            x = self.layer_forward(layer, &x, &bias, b, l)?;
+        }
+        x.reshape((b, l, self.hidden))
+    }
+
+    fn layer_forward(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        bias: &Tensor,
+        b: usize,
+        l: usize,
+    ) -> candle_core::Result<Tensor> {
+        let (h, nh) = (self.hidden, self.heads);
+        let hd = h / nh;
+        let qkv = layer.qkv.forward(x)?.reshape((b, l, 3, nh, hd))?;
+        let split = |i: usize| -> candle_core::Result<Tensor> {
+            qkv.narrow(2, i, 1)?
+                .squeeze(2)?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q = (split(0)? * (1.0 / (hd as f64).sqrt()))?;
+        let (k, v) = (split(1)?, split(2)?);
+        let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * l, h))?;
+        let attn = layer
+            .attn_norm
+            .forward(&(layer.attn_out.forward(&ctx)? + x)?)?;
+        let inter = self.act.apply(&layer.intermediate.forward(&attn)?)?;
+        layer
+            .out_norm
+            .forward(&(layer.output.forward(&inter)? + attn)?)
+    }
+}
+
+/// Whether a checkpoint's names carry the `bert.` prefix (saved from a task model) or not (saved
+/// from `BertModel`).
+pub fn root(vb: VarBuilder) -> VarBuilder {
+    if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+        vb.pp("bert")
+    } else {
+        vb
+    }
+}
+
+/// `[b, l, h]` states back to host memory, row-major.
+pub fn to_host(states: &Tensor) -> candle_core::Result<Vec<f32>> {
+    states.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}

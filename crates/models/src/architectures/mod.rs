@@ -1,0 +1,3 @@
+//! One architecture per file. Each turns a [`crate::Batch`] into per-token hidden states.
+
+pub mod bert;

@@ -1,0 +1,81 @@
+//! The one contract between the engine (scheduling) and the models (compute).
+
+/// Tokenized sequences packed back to back, without padding.
+///
+/// Sequence `i` occupies `input_ids[cu_seqlens[i]..cu_seqlens[i + 1]]`. A backend that needs a padded
+/// rectangle builds it itself, so a padding-free backend pays nothing for one that does not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    pub input_ids: Vec<u32>,
+    pub token_type_ids: Vec<u32>,
+    /// Cumulative sequence offsets: `len() + 1` entries, starting at 0.
+    pub cu_seqlens: Vec<usize>,
+    /// Length of the longest sequence.
+    pub max_len: usize,
+}
+
+impl Batch {
+    pub fn new() -> Self {
+        Batch {
+            cu_seqlens: vec![0],
+            ..Default::default()
+        }
+    }
+
+    /// Appends one sequence.
+    pub fn push(&mut self, ids: &[u32], type_ids: &[u32]) {
+        debug_assert_eq!(ids.len(), type_ids.len());
+        self.input_ids.extend_from_slice(ids);
+        self.token_type_ids.extend_from_slice(type_ids);
+        self.cu_seqlens.push(self.input_ids.len());
+        self.max_len = self.max_len.max(ids.len());
+    }
+
+    /// Number of sequences.
+    pub fn len(&self) -> usize {
+        self.cu_seqlens.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn seq_len(&self, i: usize) -> usize {
+        self.cu_seqlens[i + 1] - self.cu_seqlens[i]
+    }
+
+    /// Real (unpadded) tokens in the batch.
+    pub fn total_tokens(&self) -> usize {
+        self.input_ids.len()
+    }
+
+    /// Tokens a padded backend computes: every sequence at the longest length.
+    pub fn padded_tokens(&self) -> usize {
+        self.len() * self.max_len
+    }
+}
+
+/// What a forward pass returns: one pooled vector per sequence, in batch order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Output {
+    pub embeddings: Vec<Vec<f32>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_tracks_offsets_and_max_len() {
+        let mut b = Batch::new();
+        b.push(&[1, 2, 3], &[0, 0, 0]);
+        b.push(&[4], &[0]);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.cu_seqlens, vec![0, 3, 4]);
+        assert_eq!(b.seq_len(0), 3);
+        assert_eq!(b.seq_len(1), 1);
+        assert_eq!(b.max_len, 3);
+        assert_eq!(b.total_tokens(), 4);
+        assert_eq!(b.padded_tokens(), 6);
+    }
+}

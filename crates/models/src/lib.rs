@@ -1,0 +1,21 @@
+//! Model loading and compute for Aleph.
+//!
+//! This crate knows nothing of queues or HTTP. It turns a model folder (local, cached or downloaded by
+//! [`hub`]) into a [`LoadedModel`]: a tokenizer, a description of what the model can do, and a
+//! [`Model`] that runs one [`Batch`] at a time.
+
+pub mod architectures;
+pub mod batch;
+pub mod config;
+pub mod error;
+pub mod hub;
+pub mod loader;
+pub mod pooling;
+pub mod st_config;
+pub mod tokenizer;
+
+pub use batch::{Batch, Output};
+pub use error::ModelError;
+pub use loader::{load, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+pub use pooling::{Pooling, PoolingChoice};
+pub use tokenizer::{Encoded, TextTokenizer};

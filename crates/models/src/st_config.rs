@@ -1,0 +1,148 @@
+//! The sentence-transformers files beside a model: `modules.json`, `sentence_bert_config.json` and
+//! the pooling module's `config.json`. Each is optional; a plain transformers folder has none.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{read_json, ModelError};
+use crate::pooling::Pooling;
+
+#[derive(Debug, Clone, Deserialize)]
+struct Module {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type", default)]
+    kind: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
+}
+
+/// What the sentence-transformers files say about pooling, normalization and the window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SentenceTransformerConfig {
+    /// `None` when the folder has no pooling module.
+    pub pooling: Option<Pooling>,
+    pub normalize: bool,
+    pub max_seq_length: Option<usize>,
+}
+
+impl SentenceTransformerConfig {
+    pub fn read(dir: &Path) -> Result<Self, ModelError> {
+        let mut out = SentenceTransformerConfig::default();
+        let sbert = dir.join("sentence_bert_config.json");
+        if sbert.exists() {
+            out.max_seq_length = read_json::<SentenceBertConfig>(&sbert)?.max_seq_length;
+        }
+        let modules_path = dir.join("modules.json");
+        if !modules_path.exists() {
+            return Ok(out);
+        }
+        let modules: Vec<Module> = read_json(&modules_path)?;
+        for module in &modules {
+            let kind = module.kind.rsplit('.').next().unwrap_or_default();
+            match kind {
+                "Pooling" => {
+                    let path = module_config(dir, &module.path);
+                    let cfg: PoolingConfig = read_json(&path)?;
+                    out.pooling = Some(pooling_from(&cfg).ok_or_else(|| {
+                        ModelError::Unsupported(format!(
+                            "{}: no supported pooling mode is set (cls, mean, lasttoken)",
+                            path.display()
+                        ))
+                    })?);
+                }
+                "Normalize" => out.normalize = true,
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn module_config(dir: &Path, module_path: &str) -> PathBuf {
+    dir.join(module_path).join("config.json")
+}
+
+fn pooling_from(cfg: &PoolingConfig) -> Option<Pooling> {
+    if cfg.pooling_mode_max_tokens || cfg.pooling_mode_mean_sqrt_len_tokens {
+        return None;
+    }
+    if cfg.pooling_mode_mean_tokens {
+        Some(Pooling::Mean)
+    } else if cfg.pooling_mode_cls_token {
+        Some(Pooling::Cls)
+    } else if cfg.pooling_mode_lasttoken {
+        Some(Pooling::LastToken)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, rel: &str, text: &str) {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn reads_pooling_normalize_and_window() {
+        let dir = std::env::temp_dir().join(format!("aleph-st-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        write(
+            &dir,
+            "sentence_bert_config.json",
+            r#"{"max_seq_length": 256}"#,
+        );
+        write(
+            &dir,
+            "modules.json",
+            r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+                {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+                {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#,
+        );
+        write(
+            &dir,
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_cls_token": true}"#,
+        );
+        let cfg = SentenceTransformerConfig::read(&dir).unwrap();
+        assert_eq!(cfg.pooling, Some(Pooling::Cls));
+        assert!(cfg.normalize);
+        assert_eq!(cfg.max_seq_length, Some(256));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_json_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("aleph-st-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        write(&dir, "modules.json", "[{");
+        let err = SentenceTransformerConfig::read(&dir)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("modules.json"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,75 @@
+//! `tokenizer.json` through the `tokenizers` crate, with the file's own padding and truncation replaced
+//! by the model's window: padding is the backend's business, and the window comes from the model.
+
+use std::path::Path;
+
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use crate::error::ModelError;
+
+/// One tokenized input.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Encoded {
+    pub ids: Vec<u32>,
+    pub type_ids: Vec<u32>,
+}
+
+impl Encoded {
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+/// A tokenizer that truncates to the model's window. Cheap to share: all methods take `&self`.
+#[derive(Clone)]
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    window: usize,
+}
+
+impl TextTokenizer {
+    /// Loads `tokenizer.json` and truncates to `window` tokens, special tokens included.
+    pub fn from_file(path: &Path, window: usize) -> Result<Self, ModelError> {
+        if !path.exists() {
+            return Err(ModelError::MissingFile(path.to_path_buf()));
+        }
+        let inner = Tokenizer::from_file(path).map_err(|e| ModelError::BadFile {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Self::new(inner, window)
+    }
+
+    pub fn new(mut inner: Tokenizer, window: usize) -> Result<Self, ModelError> {
+        inner.with_padding(None);
+        inner
+            .with_truncation(Some(TruncationParams {
+                max_length: window,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(TextTokenizer { inner, window })
+    }
+
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// Tokenizes one text with the model's special tokens, truncated to the window.
+    pub fn encode(&self, text: &str) -> Result<Encoded, ModelError> {
+        let enc = self
+            .inner
+            .encode_fast(text, true)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(Encoded {
+            ids: enc.get_ids().to_vec(),
+            type_ids: enc.get_type_ids().to_vec(),
+        })
+    }
+}

@@ -1,0 +1,418 @@
+//! The command line, compatible with `infinity_emb v2`: every flag also from `ALEPH_<FLAG>` (or, for
+//! existing deployments, `INFINITY_<FLAG>`). Per-model flags repeat, or take `;`-separated lists from
+//! the environment; one value applies to every model.
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+pub const DEFAULT_MODEL: &str = "sentence-transformers/all-MiniLM-L6-v2";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "aleph",
+    version,
+    about = "Serve embedding, rerank and classification models over an Infinity- and OpenAI-compatible HTTP API.",
+    args_conflicts_with_subcommands = true,
+    after_help = "Running `aleph` with no subcommand is the same as `aleph v2`."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve one or more models (the default).
+    V2(ServeArgs),
+}
+
+impl Cli {
+    pub fn into_serve_args(self) -> ServeArgs {
+        match self.command {
+            Some(Command::V2(args)) => args,
+            None => self.serve,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Model to serve: a local folder, or a HuggingFace hub id (taken from the HF cache, else downloaded).
+    /// Repeat to serve several models.
+    #[arg(long, env = "ALEPH_MODEL_ID", value_delimiter = ';', default_value = DEFAULT_MODEL, help_heading = "Models")]
+    pub model_id: Vec<String>,
+
+    /// Name the model is served as (the request's `model` field). Default: the last two path parts of the model id.
+    #[arg(
+        long,
+        env = "ALEPH_SERVED_MODEL_NAME",
+        value_delimiter = ';',
+        help_heading = "Models"
+    )]
+    pub served_model_name: Vec<String>,
+
+    /// Hub revision (branch, tag or commit) to load.
+    #[arg(
+        long,
+        env = "ALEPH_REVISION",
+        value_delimiter = ';',
+        help_heading = "Models"
+    )]
+    pub revision: Vec<String>,
+
+    /// Most sequences in one forward pass.
+    #[arg(
+        long,
+        env = "ALEPH_BATCH_SIZE",
+        value_delimiter = ';',
+        default_value = "32",
+        help_heading = "Models"
+    )]
+    pub batch_size: Vec<usize>,
+
+    /// Most tokens in one forward pass, padding included when the backend pads.
+    #[arg(
+        long,
+        env = "ALEPH_MAX_BATCH_TOKENS",
+        value_delimiter = ';',
+        default_value = "16384",
+        help_heading = "Models"
+    )]
+    pub max_batch_tokens: Vec<usize>,
+
+    /// Device to run on: cpu or auto.
+    #[arg(
+        long,
+        env = "ALEPH_DEVICE",
+        value_delimiter = ';',
+        default_value = "auto",
+        help_heading = "Models"
+    )]
+    pub device: Vec<String>,
+
+    /// Compute precision: auto or float32.
+    #[arg(
+        long,
+        env = "ALEPH_DTYPE",
+        value_delimiter = ';',
+        default_value = "auto",
+        help_heading = "Models"
+    )]
+    pub dtype: Vec<String>,
+
+    /// Pooling: auto (from the model's sentence-transformers files), mean, cls or last-token.
+    #[arg(
+        long,
+        env = "ALEPH_POOLING_METHOD",
+        value_delimiter = ';',
+        default_value = "auto",
+        help_heading = "Models"
+    )]
+    pub pooling_method: Vec<String>,
+
+    /// Run the largest batch once at start-up, so memory problems show at boot.
+    #[arg(long, env = "ALEPH_MODEL_WARMUP", action = ArgAction::Set, num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", help_heading = "Models")]
+    pub model_warmup: bool,
+
+    /// Skip the start-up warm-up.
+    #[arg(long, overrides_with = "model_warmup", help_heading = "Models")]
+    pub no_model_warmup: bool,
+
+    /// Most items waiting per model; past it requests get 429.
+    #[arg(
+        long,
+        env = "ALEPH_QUEUE_SIZE",
+        default_value_t = 32000,
+        help_heading = "Serving"
+    )]
+    pub queue_size: usize,
+
+    /// Most inputs in one request.
+    #[arg(
+        long,
+        env = "ALEPH_MAX_CLIENT_BATCH_SIZE",
+        default_value_t = 2048,
+        help_heading = "Serving"
+    )]
+    pub max_client_batch_size: usize,
+
+    /// Tokenizer threads, shared by all models. Default: the number of cores.
+    #[arg(long, env = "ALEPH_TOKENIZER_WORKERS", help_heading = "Serving")]
+    pub tokenizer_workers: Option<usize>,
+
+    /// Largest request body in bytes.
+    #[arg(long, env = "ALEPH_PAYLOAD_LIMIT", default_value_t = 32 * 1024 * 1024, help_heading = "Serving")]
+    pub payload_limit: usize,
+
+    /// Address to listen on.
+    #[arg(
+        long,
+        env = "ALEPH_HOST",
+        default_value = "0.0.0.0",
+        help_heading = "Server"
+    )]
+    pub host: String,
+
+    /// Port to listen on.
+    #[arg(
+        long,
+        env = "ALEPH_PORT",
+        default_value_t = 7997,
+        help_heading = "Server"
+    )]
+    pub port: u16,
+
+    /// Path prefix for the API routes, e.g. /api (no trailing slash).
+    #[arg(long, env = "ALEPH_URL_PREFIX", default_value = "", value_parser = parse_url_prefix, help_heading = "Server")]
+    pub url_prefix: String,
+
+    /// Require `Authorization: Bearer <key>` on the API routes (/health stays open).
+    #[arg(
+        long,
+        env = "ALEPH_API_KEY",
+        default_value = "",
+        hide_env_values = true,
+        help_heading = "Server"
+    )]
+    pub api_key: String,
+
+    /// Log level: critical, error, warning, info, debug or trace.
+    #[arg(
+        long,
+        env = "ALEPH_LOG_LEVEL",
+        default_value = "info",
+        help_heading = "Server"
+    )]
+    pub log_level: String,
+
+    /// Allow cross-origin requests from anywhere.
+    #[arg(long, env = "ALEPH_PERMISSIVE_CORS", help_heading = "Server")]
+    pub permissive_cors: bool,
+
+    #[arg(long, overrides_with = "permissive_cors", hide = true)]
+    pub no_permissive_cors: bool,
+
+    /// Load (and download) the models, then exit without serving.
+    #[arg(long, env = "ALEPH_PRELOAD_ONLY", help_heading = "Server")]
+    pub preload_only: bool,
+
+    #[arg(long, overrides_with = "preload_only", hide = true)]
+    pub no_preload_only: bool,
+
+    /// Where GET / redirects to; empty disables the redirect.
+    #[arg(
+        long,
+        env = "ALEPH_REDIRECT_SLASH",
+        default_value = "/docs",
+        help_heading = "Server"
+    )]
+    pub redirect_slash: String,
+}
+
+fn parse_url_prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() || s == "/" {
+        return Ok(String::new());
+    }
+    if !s.starts_with('/') || s.ends_with('/') {
+        return Err(format!("`{s}` must start with `/` and not end with `/`"));
+    }
+    Ok(s.to_string())
+}
+
+/// Everything needed to load and serve one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub model_id: String,
+    pub served_name: String,
+    pub revision: Option<String>,
+    pub batch_size: usize,
+    pub max_batch_tokens: usize,
+    pub device: String,
+    pub dtype: String,
+    pub pooling_method: String,
+    pub warmup: bool,
+}
+
+impl ServeArgs {
+    pub fn warmup(&self) -> bool {
+        self.model_warmup && !self.no_model_warmup
+    }
+
+    /// One spec per `--model-id`, broadcasting single values of the per-model flags.
+    pub fn model_specs(&self) -> Result<Vec<ModelSpec>, String> {
+        let ids: Vec<String> = self
+            .model_id
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect();
+        if ids.is_empty() {
+            return Err("--model-id: at least one model is required".into());
+        }
+        let n = ids.len();
+        let names = per_model("--served-model-name", &self.served_model_name, n)?;
+        let revisions = per_model("--revision", &self.revision, n)?;
+        let batch = per_model("--batch-size", &self.batch_size, n)?;
+        let tokens = per_model("--max-batch-tokens", &self.max_batch_tokens, n)?;
+        let device = per_model("--device", &self.device, n)?;
+        let dtype = per_model("--dtype", &self.dtype, n)?;
+        let pooling = per_model("--pooling-method", &self.pooling_method, n)?;
+        let specs: Vec<ModelSpec> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| ModelSpec {
+                model_id: id.clone(),
+                served_name: names[i]
+                    .clone()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| default_served_name(id)),
+                revision: revisions[i].clone().filter(|s| !s.is_empty()),
+                batch_size: batch[i].unwrap_or(32),
+                max_batch_tokens: tokens[i].unwrap_or(16384),
+                device: device[i].clone().unwrap_or_else(|| "auto".into()),
+                dtype: dtype[i].clone().unwrap_or_else(|| "auto".into()),
+                pooling_method: pooling[i].clone().unwrap_or_else(|| "auto".into()),
+                warmup: self.warmup(),
+            })
+            .collect();
+        for spec in &specs {
+            if spec.batch_size == 0 {
+                return Err("--batch-size must be at least 1".into());
+            }
+        }
+        Ok(specs)
+    }
+}
+
+/// Broadcasts a per-model flag: no value, one value for all, or exactly one per model.
+fn per_model<T: Clone>(flag: &str, values: &[T], models: usize) -> Result<Vec<Option<T>>, String> {
+    match values.len() {
+        0 => Ok(vec![None; models]),
+        1 => Ok(vec![Some(values[0].clone()); models]),
+        n if n == models => Ok(values.iter().cloned().map(Some).collect()),
+        n => Err(format!(
+            "{flag}: got {n} values for {models} models (give one value, or one per --model-id)"
+        )),
+    }
+}
+
+/// Infinity's rule: the last two parts of the model id's path.
+pub fn default_served_name(model_id: &str) -> String {
+    let parts: Vec<&str> = model_id
+        .trim_end_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    parts[parts.len().saturating_sub(2)..].join("/")
+}
+
+/// Copies each `INFINITY_<FLAG>` to `ALEPH_<FLAG>` unless that is set, so an Infinity deployment's
+/// environment works unchanged. Call before any thread starts.
+pub fn adopt_infinity_env() {
+    let pairs: Vec<(String, String)> = std::env::vars()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("INFINITY_")
+                .map(|rest| (format!("ALEPH_{rest}"), v))
+        })
+        .collect();
+    for (key, value) in pairs {
+        if std::env::var_os(&key).is_none() {
+            std::env::set_var(key, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> ServeArgs {
+        Cli::try_parse_from(args).unwrap().into_serve_args()
+    }
+
+    #[test]
+    fn bare_and_v2_are_the_same() {
+        let a = parse(&["aleph", "--model-id", "a/b", "--port", "1234"]);
+        let b = parse(&["aleph", "v2", "--model-id", "a/b", "--port", "1234"]);
+        assert_eq!(a.model_specs().unwrap(), b.model_specs().unwrap());
+        assert_eq!(a.port, 1234);
+        assert_eq!(b.port, 1234);
+    }
+
+    #[test]
+    fn broadcasts_and_zips_per_model_flags() {
+        let a = parse(&[
+            "aleph",
+            "v2",
+            "--model-id",
+            "x/a",
+            "--model-id",
+            "/m/y/b",
+            "--batch-size",
+            "8",
+        ]);
+        let specs = a.model_specs().unwrap();
+        assert_eq!(specs[0].batch_size, 8);
+        assert_eq!(specs[1].batch_size, 8);
+        assert_eq!(specs[1].served_name, "y/b");
+        let a = parse(&[
+            "aleph",
+            "v2",
+            "--model-id",
+            "a",
+            "--model-id",
+            "b",
+            "--batch-size",
+            "8",
+            "--batch-size",
+            "4",
+        ]);
+        let specs = a.model_specs().unwrap();
+        assert_eq!((specs[0].batch_size, specs[1].batch_size), (8, 4));
+    }
+
+    #[test]
+    fn wrong_list_length_names_the_flag() {
+        let a = parse(&[
+            "aleph",
+            "v2",
+            "--model-id",
+            "a",
+            "--model-id",
+            "b",
+            "--model-id",
+            "c",
+            "--batch-size",
+            "8",
+            "--batch-size",
+            "4",
+        ]);
+        let err = a.model_specs().unwrap_err();
+        assert!(err.contains("--batch-size"), "{err}");
+    }
+
+    #[test]
+    fn semicolon_lists_split_and_warmup_toggles() {
+        let a = parse(&["aleph", "--model-id", "a;b;", "--no-model-warmup"]);
+        assert_eq!(a.model_specs().unwrap().len(), 2);
+        assert!(!a.warmup());
+        assert!(parse(&["aleph"]).warmup());
+        assert!(!parse(&["aleph", "--model-warmup", "false"]).warmup());
+    }
+
+    #[test]
+    fn url_prefix_must_be_well_formed() {
+        assert!(Cli::try_parse_from(["aleph", "--url-prefix", "v1"]).is_err());
+        assert!(Cli::try_parse_from(["aleph", "--url-prefix", "/v1/"]).is_err());
+        assert_eq!(parse(&["aleph", "--url-prefix", "/api"]).url_prefix, "/api");
+    }
+
+    #[test]
+    fn served_name_defaults_to_last_two_parts() {
+        assert_eq!(default_served_name("/tmp/a/b/model"), "b/model");
+        assert_eq!(default_served_name("org/name"), "org/name");
+        assert_eq!(default_served_name("model/"), "model");
+    }
+}

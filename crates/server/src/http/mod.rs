@@ -1,0 +1,135 @@
+//! The HTTP layer: routes, request decoding, auth, errors and response shapes. It never blocks; it
+//! awaits the engine.
+
+mod auth;
+mod embeddings;
+pub mod error;
+mod extract;
+mod health;
+mod models;
+pub mod openapi;
+pub mod schemas;
+pub mod state;
+mod timing;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::cors::CorsLayer;
+use utoipa_swagger_ui::SwaggerUi;
+
+use error::ApiError;
+use state::AppState;
+
+/// Router settings that come from the command line.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub url_prefix: String,
+    pub redirect_slash: String,
+    pub permissive_cors: bool,
+    pub payload_limit: usize,
+}
+
+/// The inference and model routes, relative to the prefix.
+const API_ROUTES: &[&str] = &["/embeddings", "/models"];
+
+pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
+    let api = Router::new()
+        .route("/embeddings", post(embeddings::embeddings))
+        .route("/models", get(models::models))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+
+    let prefix = cfg.url_prefix.as_str();
+    let mut app = Router::new()
+        .route("/health", get(health::health))
+        .route("/metrics", get(health::metrics));
+    app = if prefix.is_empty() {
+        app.merge(api.clone())
+    } else {
+        app.nest(prefix, api.clone())
+    };
+    // OpenAI clients configured with a `/v1` base URL work without --url-prefix.
+    if !prefix.ends_with("/v1") {
+        app = app.nest(&format!("{prefix}/v1"), api);
+    }
+    if !prefix.is_empty() {
+        app = app.route(&format!("{prefix}/health"), get(health::health));
+    }
+    app = app.merge(
+        SwaggerUi::new(format!("{prefix}/docs"))
+            .url(format!("{prefix}/openapi.json"), openapi::document(prefix)),
+    );
+    if !cfg.redirect_slash.is_empty() {
+        let target = cfg.redirect_slash.clone();
+        app = app.route(
+            "/",
+            get(move || async move { Redirect::temporary(&target) }),
+        );
+    }
+    let route_label_prefix = prefix.to_string();
+    let mut app = app
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(cfg.payload_limit))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            let route = route_label(&route_label_prefix, req.uri().path());
+            record_request(route, req, next)
+        }));
+    if cfg.permissive_cors {
+        app = app.layer(CorsLayer::very_permissive());
+    }
+    app.with_state(state)
+}
+
+/// A bounded label for a request path: the API route it hits, or `other`.
+fn route_label(prefix: &str, path: &str) -> &'static str {
+    let rest = path.strip_prefix(prefix).unwrap_or(path);
+    let rest = rest
+        .strip_prefix("/v1")
+        .filter(|r| r.starts_with('/'))
+        .unwrap_or(rest);
+    API_ROUTES
+        .iter()
+        .chain(&["/health", "/metrics"])
+        .find(|r| **r == rest)
+        .copied()
+        .unwrap_or("other")
+}
+
+async fn record_request(route: &'static str, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("aleph_http_requests_total", "route" => route, "status" => status)
+        .increment(1);
+    metrics::histogram!("aleph_http_request_duration_seconds", "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_label;
+
+    #[test]
+    fn route_labels_are_bounded() {
+        assert_eq!(route_label("", "/embeddings"), "/embeddings");
+        assert_eq!(route_label("", "/v1/embeddings"), "/embeddings");
+        assert_eq!(route_label("/api", "/api/v1/models"), "/models");
+        assert_eq!(route_label("", "/random/thing"), "other");
+    }
+}

@@ -1,0 +1,42 @@
+//! `GET /models`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+
+use super::schemas::{unix_now, ModelInfoBody, ModelList, ModelStatsBody};
+use super::state::AppState;
+
+/// List the served models with their capabilities and queue statistics.
+#[utoipa::path(get, path = "/models", tag = "models", responses((status = 200, body = ModelList)))]
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
+    let created = unix_now() as u64;
+    let data = state
+        .registry
+        .iter()
+        .map(|m| {
+            let s = m.stats();
+            ModelInfoBody {
+                id: m.name().to_string(),
+                stats: ModelStatsBody {
+                    queue_fraction: s.queue_depth as f64 / s.queue_limit.max(1) as f64,
+                    queue_absolute: s.queue_depth,
+                    results_pending: 0,
+                    batch_size: s.batch_size,
+                    running_batches: s.running_batches,
+                    last_batch_size: s.last_batch_size,
+                },
+                object: "model",
+                owned_by: "aleph",
+                created,
+                backend: "candle",
+                capabilities: m.info().task.capabilities().to_vec(),
+            }
+        })
+        .collect();
+    Json(ModelList {
+        object: "list",
+        data,
+    })
+}

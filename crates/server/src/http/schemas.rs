@@ -1,0 +1,238 @@
+//! Request and response bodies, field for field as Infinity (and so the OpenAI SDK) expects them.
+
+use std::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use utoipa::ToSchema;
+
+pub const DEFAULT_MODEL_NAME: &str = "default/not-specified";
+/// Infinity's per-string limit (8192 tokens × 15 characters), checked after stripping.
+pub const MAX_STRING_CHARS: usize = 122_880;
+
+fn default_model() -> String {
+    DEFAULT_MODEL_NAME.to_string()
+}
+
+/// One string or a list of strings.
+#[derive(Debug, Clone, PartialEq, ToSchema)]
+#[schema(as = Input)]
+pub enum StringOrList {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StringOrList {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            StringOrList::One(s) => vec![s],
+            StringOrList::Many(v) => v,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StringOrList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StringOrList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(StringOrList::One(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(StringOrList::One(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(StringOrList::Many(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EncodingFormat {
+    #[default]
+    Float,
+    Base64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Modality {
+    #[default]
+    Text,
+    Image,
+    Audio,
+}
+
+impl Modality {
+    pub fn capability(self) -> &'static str {
+        match self {
+            Modality::Text => "embed",
+            Modality::Image => "image_embed",
+            Modality::Audio => "audio_embed",
+        }
+    }
+}
+
+/// `POST /embeddings`: OpenAI's embeddings request plus Infinity's `modality`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct EmbeddingRequest {
+    /// Text to embed: one string or 1–2048 strings (the limit is `--max-client-batch-size`).
+    pub input: StringOrList,
+    /// Served model name. With a single model any name is accepted.
+    #[serde(default = "default_model")]
+    #[schema(default = "default/not-specified")]
+    pub model: String,
+    #[serde(default)]
+    pub encoding_format: EncodingFormat,
+    /// Keep only the first N values of each vector (Matryoshka); 0 or absent keeps all.
+    #[serde(default)]
+    pub dimensions: Option<i64>,
+    /// Accepted and ignored, as OpenAI's.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub modality: Modality,
+}
+
+/// A vector as JSON numbers or as base64 of little-endian f32.
+#[derive(Debug, Clone, PartialEq, ToSchema)]
+#[schema(as = Embedding)]
+pub enum EmbeddingValue {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+impl Serialize for EmbeddingValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            // Widened to f64 so the digits match Infinity's (Python floats printed by orjson).
+            EmbeddingValue::Float(v) => s.collect_seq(v.iter().map(|&x| x as f64)),
+            EmbeddingValue::Base64(b) => s.serialize_str(b),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EmbeddingObject {
+    #[schema(example = "embedding")]
+    pub object: &'static str,
+    pub embedding: EmbeddingValue,
+    pub index: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    pub fn tokens(n: usize) -> Self {
+        Usage {
+            prompt_tokens: n,
+            total_tokens: n,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EmbeddingResponse {
+    #[schema(example = "list")]
+    pub object: &'static str,
+    pub data: Vec<EmbeddingObject>,
+    pub model: String,
+    pub usage: Usage,
+    /// `infinity-<uuid4>`, as Infinity's.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelStatsBody {
+    pub queue_fraction: f64,
+    pub queue_absolute: usize,
+    pub results_pending: usize,
+    pub batch_size: usize,
+    pub running_batches: usize,
+    pub last_batch_size: usize,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelInfoBody {
+    pub id: String,
+    pub stats: ModelStatsBody,
+    #[schema(example = "model")]
+    pub object: &'static str,
+    pub owned_by: &'static str,
+    pub created: u64,
+    pub backend: &'static str,
+    pub capabilities: Vec<&'static str>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    #[schema(example = "list")]
+    pub object: &'static str,
+    pub data: Vec<ModelInfoBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthBody {
+    /// Server time, Unix seconds.
+    pub unix: f64,
+}
+
+/// Infinity-style response id.
+pub fn response_id() -> String {
+    format!("infinity-{}", uuid::Uuid::new_v4())
+}
+
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_is_string_or_list() {
+        let r: EmbeddingRequest = serde_json::from_str(r#"{"input":"hi"}"#).unwrap();
+        assert_eq!(r.input, StringOrList::One("hi".into()));
+        assert_eq!(r.model, DEFAULT_MODEL_NAME);
+        assert_eq!(r.encoding_format, EncodingFormat::Float);
+        let r: EmbeddingRequest =
+            serde_json::from_str(r#"{"input":["a","b"],"encoding_format":"base64"}"#).unwrap();
+        assert_eq!(r.input.into_vec(), vec!["a", "b"]);
+        let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":[1]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected a string"), "{e}");
+        let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":{}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a string or a list of strings"), "{e}");
+    }
+
+    #[test]
+    fn floats_print_like_infinity() {
+        let v = EmbeddingValue::Float(vec![-0.034477282_f32]);
+        assert_eq!(serde_json::to_string(&v).unwrap(), "[-0.03447728231549263]");
+    }
+}

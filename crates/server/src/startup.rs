@@ -1,0 +1,177 @@
+//! From parsed flags to a serving process: load every model, build the router, serve until a
+//! signal, then drain.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
+use aleph_models::{hub, LoadOptions};
+use anyhow::{anyhow, Context};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::cli::{ModelSpec, ServeArgs};
+use crate::http::schemas::MAX_STRING_CHARS;
+use crate::http::state::{AppState, Limits};
+use crate::http::{self, HttpConfig};
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let specs = args.model_specs().map_err(|e| anyhow!(e))?;
+    let metrics = install_metrics();
+    let workers = args.tokenizer_workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let pool = Arc::new(TokenizerPool::new(workers));
+
+    let mut handles = Vec::new();
+    for spec in specs {
+        let handle = tokio::task::spawn_blocking({
+            let pool = pool.clone();
+            let queue_size = args.queue_size;
+            move || load_model(&spec, queue_size, pool)
+        })
+        .await??;
+        handles.push(Arc::new(handle));
+    }
+    let registry = Arc::new(ModelRegistry::new(handles).map_err(|e| anyhow!(e))?);
+    if args.preload_only {
+        tracing::info!(
+            "models loaded in {:.2} s; --preload-only given, exiting",
+            started.elapsed().as_secs_f64()
+        );
+        registry.shutdown();
+        return Ok(());
+    }
+
+    let state = Arc::new(AppState {
+        registry: registry.clone(),
+        limits: Limits {
+            max_client_batch_size: args.max_client_batch_size,
+            max_string_chars: MAX_STRING_CHARS,
+        },
+        metrics,
+        api_key: Some(args.api_key.clone()).filter(|k| !k.is_empty()),
+    });
+    let app = http::router(
+        state,
+        &HttpConfig {
+            url_prefix: args.url_prefix.clone(),
+            redirect_slash: args.redirect_slash.clone(),
+            permissive_cors: args.permissive_cors && !args.no_permissive_cors,
+            payload_limit: args.payload_limit,
+        },
+    );
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    tracing::info!(
+        "serving {} on http://{} (ready in {:.2} s)",
+        registry.names().join(", "),
+        listener.local_addr()?,
+        started.elapsed().as_secs_f64()
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("stopped accepting; draining the models");
+    tokio::task::spawn_blocking(move || registry.shutdown()).await?;
+    Ok(())
+}
+
+/// Resolves, loads and starts one model. Errors name the model.
+fn load_model(
+    spec: &ModelSpec,
+    queue_size: usize,
+    pool: Arc<TokenizerPool>,
+) -> anyhow::Result<ModelHandle> {
+    let t0 = Instant::now();
+    let ctx = || format!("loading model `{}`", spec.model_id);
+    let opts = LoadOptions {
+        pooling: spec
+            .pooling_method
+            .parse()
+            .map_err(|e: String| anyhow!("--pooling-method: {e}"))?,
+        dtype: spec
+            .dtype
+            .parse()
+            .map_err(|e: String| anyhow!("--dtype: {e}"))?,
+        device: spec
+            .device
+            .parse()
+            .map_err(|e: String| anyhow!("--device: {e}"))?,
+    };
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress).with_context(ctx)?;
+    let loaded = aleph_models::load(&dir, &opts).with_context(ctx)?;
+    if spec.max_batch_tokens < loaded.info.window {
+        return Err(anyhow!(
+            "--max-batch-tokens {} is smaller than the window of `{}` ({} tokens): one full input would not fit",
+            spec.max_batch_tokens,
+            spec.model_id,
+            loaded.info.window
+        ));
+    }
+    tracing::info!(
+        model = spec.served_name,
+        "loaded {} from {} ({}, dim {}, window {}, {:?} pooling{}) in {:.2} s",
+        spec.model_id,
+        dir.display(),
+        loaded.info.architecture,
+        loaded.info.dim,
+        loaded.info.window,
+        loaded.info.pooling,
+        if loaded.info.normalize {
+            ", normalized"
+        } else {
+            ""
+        },
+        t0.elapsed().as_secs_f64()
+    );
+    let config = HandleConfig {
+        batch_size: spec.batch_size,
+        max_batch_tokens: spec.max_batch_tokens,
+        queue_size,
+        warmup: spec.warmup,
+    };
+    ModelHandle::start(spec.served_name.clone(), loaded, config, pool).with_context(ctx)
+}
+
+fn install_metrics() -> Option<PrometheusHandle> {
+    let buckets = [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    let sizes = [
+        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0, 65536.0,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Prefix("aleph_batch_".into()), &sizes))
+        .and_then(|b| b.install_recorder())
+        .map_err(|e| tracing::warn!("metrics disabled: {e}"))
+        .ok()
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run every test: fetches the real models and a Python with the OpenAI SDK first (both cached).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/fetch-models.sh
+venv=.venv-test
+if ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q 'openai>=1.40,<3'
+fi
+export ALEPH_TEST_PYTHON="$PWD/$venv/bin/python"
+cargo test --workspace "$@"
