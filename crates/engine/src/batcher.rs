@@ -70,9 +70,7 @@ pub fn select(lengths: &[usize], policy: &BatchPolicy) -> Vec<usize> {
         if hi < n {
             let len = lengths[order[hi]];
             let waste = (len - max_len) * count;
-            if policy.cost(count + 1, len, sum + len) <= policy.max_tokens
-                && best.is_none_or(|(w, _)| waste < w)
-            {
+            if policy.cost(count + 1, len, sum + len) <= policy.max_tokens && best.is_none_or(|(w, _)| waste < w) {
                 best = Some((waste, false));
             }
         }

@@ -2,16 +2,9 @@
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum EngineError {
     #[error("model `{requested}` is not served here; served models: {}", available.join(", "))]
-    UnknownModel {
-        requested: String,
-        available: Vec<String>,
-    },
+    UnknownModel { requested: String, available: Vec<String> },
     #[error("model `{model}` is overloaded: its queue holds {queued} items (limit {limit}); retry later")]
-    Overloaded {
-        model: String,
-        queued: usize,
-        limit: usize,
-    },
+    Overloaded { model: String, queued: usize, limit: usize },
     #[error("inference failed for this batch: {0}")]
     Inference(String),
     #[error("tokenization failed: {0}")]

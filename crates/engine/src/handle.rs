@@ -71,11 +71,7 @@ impl ModelHandle {
         config: HandleConfig,
         pool: Arc<TokenizerPool>,
     ) -> Result<Self, ModelError> {
-        let LoadedModel {
-            model,
-            tokenizer,
-            info,
-        } = loaded;
+        let LoadedModel { model, tokenizer, info } = loaded;
         if config.warmup {
             warmup(&name, model.as_ref(), &tokenizer, &info, &config)?;
         }
@@ -84,7 +80,7 @@ impl ModelHandle {
             max_tokens: config.max_batch_tokens,
             pads: info.pads,
         };
-        let queue = Arc::new(Queue::new(config.queue_size));
+        let queue = Arc::new(Queue::new(&name, config.queue_size));
         let stats = Arc::new(WorkerStats::default());
         // Rendezvous: the batcher holds the next batch until the model takes it.
         let (tx, rx) = crossbeam_channel::bounded(0);
@@ -137,12 +133,9 @@ impl ModelHandle {
             .record(tokenization_time.as_secs_f64());
         let prompt_tokens = encoded.iter().map(Encoded::len).sum();
 
-        let (replies, receivers): (Vec<Reply>, Vec<_>) =
-            encoded.iter().map(|_| oneshot::channel()).unzip();
+        let (replies, receivers): (Vec<Reply>, Vec<_>) = encoded.iter().map(|_| oneshot::channel()).unzip();
         self.queue
             .push_all(&self.name, encoded.into_iter().zip(replies).collect())?;
-        metrics::gauge!("aleph_queue_depth", "model" => self.name.clone())
-            .set(self.queue.depth() as f64);
 
         let mut result = EmbedResult {
             embeddings: Vec::with_capacity(receivers.len()),
@@ -152,9 +145,7 @@ impl ModelHandle {
             inference_time: Duration::ZERO,
         };
         for rx in receivers {
-            let out = rx
-                .await
-                .map_err(|_| EngineError::ShuttingDown(self.name.clone()))??;
+            let out = rx.await.map_err(|_| EngineError::ShuttingDown(self.name.clone()))??;
             result.queue_time = result.queue_time.max(out.queue_time);
             result.inference_time = result.inference_time.max(out.inference_time);
             result.embeddings.push(out.vector);
@@ -175,11 +166,10 @@ impl ModelHandle {
                 break;
             }
             let tok = self.tokenizer.clone();
-            jobs.push(self.pool.run(move || {
-                part.iter()
-                    .map(|t| tok.encode(t))
-                    .collect::<Result<Vec<_>, _>>()
-            }));
+            jobs.push(
+                self.pool
+                    .run(move || part.iter().map(|t| tok.encode(t)).collect::<Result<Vec<_>, _>>()),
+            );
         }
         let mut out = Vec::new();
         for job in jobs {

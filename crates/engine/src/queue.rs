@@ -49,10 +49,11 @@ pub(crate) struct Queue {
     ready: Condvar,
     limit: usize,
     depth: AtomicUsize,
+    depth_gauge: metrics::Gauge,
 }
 
 impl Queue {
-    pub fn new(limit: usize) -> Self {
+    pub fn new(model: &str, limit: usize) -> Self {
         Queue {
             state: Mutex::new(State {
                 items: VecDeque::new(),
@@ -63,7 +64,13 @@ impl Queue {
             ready: Condvar::new(),
             limit,
             depth: AtomicUsize::new(0),
+            depth_gauge: metrics::gauge!("aleph_queue_depth", "model" => model.to_string()),
         }
+    }
+
+    fn set_depth(&self, depth: usize) {
+        self.depth.store(depth, Ordering::Relaxed);
+        self.depth_gauge.set(depth as f64);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -101,7 +108,7 @@ impl Queue {
             });
         }
         st.generation += 1;
-        self.depth.store(st.items.len(), Ordering::Relaxed);
+        self.set_depth(st.items.len());
         drop(st);
         self.ready.notify_one();
         Ok(())
@@ -119,9 +126,10 @@ impl Queue {
         let mut st = self.lock();
         loop {
             drop_abandoned(&mut st);
+            self.set_depth(st.items.len());
             if !st.items.is_empty() {
                 let batch = cut(&mut st, policy);
-                self.depth.store(st.items.len(), Ordering::Relaxed);
+                self.set_depth(st.items.len());
                 return Some((batch, st.generation));
             }
             if st.closed {
@@ -133,12 +141,7 @@ impl Queue {
 
     /// If items arrived since `batch` was cut, puts it back and cuts again, so the batch handed to the
     /// model reflects everything queued by then.
-    pub fn recut(
-        &self,
-        batch: Vec<Item>,
-        generation: u64,
-        policy: &BatchPolicy,
-    ) -> (Vec<Item>, u64) {
+    pub fn recut(&self, batch: Vec<Item>, generation: u64, policy: &BatchPolicy) -> (Vec<Item>, u64) {
         let mut st = self.lock();
         if st.generation == generation || batch.len() >= policy.max_items {
             return (batch, generation);
@@ -150,7 +153,7 @@ impl Queue {
         st.items = merged.into();
         drop_abandoned(&mut st);
         let batch = cut(&mut st, policy);
-        self.depth.store(st.items.len(), Ordering::Relaxed);
+        self.set_depth(st.items.len());
         (batch, st.generation)
     }
 }
@@ -162,19 +165,10 @@ fn drop_abandoned(st: &mut State) {
 }
 
 fn cut(st: &mut State, policy: &BatchPolicy) -> Vec<Item> {
-    let lengths: Vec<usize> = st
-        .items
-        .iter()
-        .take(policy.window())
-        .map(|i| i.encoded.len())
-        .collect();
+    let lengths: Vec<usize> = st.items.iter().take(policy.window()).map(|i| i.encoded.len()).collect();
     let picked = select(&lengths, policy);
     // Remove from the back so earlier indices stay valid.
-    let mut batch: Vec<Item> = picked
-        .iter()
-        .rev()
-        .filter_map(|&i| st.items.remove(i))
-        .collect();
+    let mut batch: Vec<Item> = picked.iter().rev().filter_map(|&i| st.items.remove(i)).collect();
     batch.reverse();
     batch
 }
@@ -198,16 +192,9 @@ mod tests {
 
     #[test]
     fn refuses_past_the_limit_all_or_nothing() {
-        let q = Queue::new(3);
-        let mk = |n| {
-            (0..n)
-                .map(|_| (enc(1), oneshot::channel().0))
-                .collect::<Vec<_>>()
-        };
-        assert!(matches!(
-            q.push_all("m", mk(4)),
-            Err(EngineError::Overloaded { .. })
-        ));
+        let q = Queue::new("m", 3);
+        let mk = |n| (0..n).map(|_| (enc(1), oneshot::channel().0)).collect::<Vec<_>>();
+        assert!(matches!(q.push_all("m", mk(4)), Err(EngineError::Overloaded { .. })));
         assert_eq!(q.depth(), 0);
         q.push_all("m", mk(3)).unwrap();
         assert_eq!(q.depth(), 3);
@@ -215,7 +202,7 @@ mod tests {
 
     #[test]
     fn drops_abandoned_items_before_batching() {
-        let q = Queue::new(10);
+        let q = Queue::new("m", 10);
         let (tx1, rx1) = oneshot::channel();
         let (tx2, _rx2) = oneshot::channel();
         q.push_all("m", vec![(enc(1), tx1), (enc(2), tx2)]).unwrap();
@@ -227,7 +214,7 @@ mod tests {
 
     #[test]
     fn recut_takes_in_new_arrivals() {
-        let q = Queue::new(10);
+        let q = Queue::new("m", 10);
         let (tx1, _r1) = oneshot::channel();
         q.push_all("m", vec![(enc(1), tx1)]).unwrap();
         let (batch, generation) = q.next_batch(&POLICY).unwrap();
@@ -242,12 +229,9 @@ mod tests {
 
     #[test]
     fn close_wakes_and_drains() {
-        let q = Queue::new(10);
+        let q = Queue::new("m", 10);
         q.close();
         assert!(q.next_batch(&POLICY).is_none());
-        assert!(matches!(
-            q.push_all("m", vec![]),
-            Err(EngineError::ShuttingDown(_))
-        ));
+        assert!(matches!(q.push_all("m", vec![]), Err(EngineError::ShuttingDown(_))));
     }
 }

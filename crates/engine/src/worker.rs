@@ -40,9 +40,7 @@ pub(crate) fn spawn_batcher(
                 loop {
                     match to_worker.send_timeout(batch, RECUT_EVERY) {
                         Ok(()) => break,
-                        Err(SendTimeoutError::Timeout(b)) => {
-                            (batch, generation) = queue.recut(b, generation, &policy)
-                        }
+                        Err(SendTimeoutError::Timeout(b)) => (batch, generation) = queue.recut(b, generation, &policy),
                         Err(SendTimeoutError::Disconnected(b)) => {
                             fail(b, &EngineError::ShuttingDown(model.clone()));
                             return;
@@ -91,8 +89,7 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
     stats.running.fetch_sub(1, Ordering::Relaxed);
     stats.last_batch_size.store(batch.len(), Ordering::Relaxed);
     stats.batches.fetch_add(1, Ordering::Relaxed);
-    metrics::histogram!("aleph_inference_duration_seconds", &labels)
-        .record(inference_time.as_secs_f64());
+    metrics::histogram!("aleph_inference_duration_seconds", &labels).record(inference_time.as_secs_f64());
 
     let outcome = match result {
         Ok(Ok(out)) if out.embeddings.len() == items.len() => Ok(out.embeddings),
@@ -117,11 +114,7 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
         }
         Err(message) => {
             stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(
-                model = model_name,
-                size = items.len(),
-                "batch failed: {message}"
-            );
+            tracing::error!(model = model_name, size = items.len(), "batch failed: {message}");
             fail(items, &EngineError::Inference(message));
         }
     }

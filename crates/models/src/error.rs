@@ -30,9 +30,7 @@ impl From<candle_core::Error> for ModelError {
 }
 
 /// Reads and parses a JSON file, naming the file in any error.
-pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
-    path: &std::path::Path,
-) -> Result<T, ModelError> {
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T, ModelError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ModelError::MissingFile(path.to_path_buf())

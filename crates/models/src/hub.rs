@@ -22,10 +22,7 @@ pub fn cache_dir() -> PathBuf {
         return PathBuf::from(home).join("hub");
     }
     let home = env_nonempty("HOME").unwrap_or_else(|| ".".into());
-    PathBuf::from(home)
-        .join(".cache")
-        .join("huggingface")
-        .join("hub")
+    PathBuf::from(home).join(".cache").join("huggingface").join("hub")
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
@@ -39,28 +36,18 @@ fn offline() -> bool {
 }
 
 /// Resolves `model_id` to a folder holding its files, downloading them if needed.
-pub fn resolve(
-    model_id: &str,
-    revision: Option<&str>,
-    progress: bool,
-) -> Result<PathBuf, ModelError> {
+pub fn resolve(model_id: &str, revision: Option<&str>, progress: bool) -> Result<PathBuf, ModelError> {
     let local = Path::new(model_id);
     if local.is_dir() {
         return Ok(local.to_path_buf());
     }
-    if model_id.is_empty()
-        || local.is_absolute()
-        || model_id.starts_with('.')
-        || model_id.split('/').count() > 2
-    {
+    if model_id.is_empty() || local.is_absolute() || model_id.starts_with('.') || model_id.split('/').count() > 2 {
         return Err(ModelError::NotFound {
             model: model_id.into(),
             reason: "no such folder, and it is not a hub id of the form `org/name`".into(),
         });
     }
-    let revision = revision
-        .filter(|r| !r.is_empty())
-        .unwrap_or(DEFAULT_REVISION);
+    let revision = revision.filter(|r| !r.is_empty()).unwrap_or(DEFAULT_REVISION);
     let cache = cache_dir();
     if let Some(dir) = cached_snapshot(&cache, model_id, revision) {
         return Ok(dir);
@@ -101,12 +88,7 @@ fn wanted(file: &str) -> bool {
         && !file.starts_with("openvino/")
 }
 
-fn download(
-    model_id: &str,
-    revision: &str,
-    cache: &Path,
-    progress: bool,
-) -> Result<PathBuf, ModelError> {
+fn download(model_id: &str, revision: &str, cache: &Path, progress: bool) -> Result<PathBuf, ModelError> {
     let err = |reason: String| ModelError::Download {
         model: model_id.into(),
         reason,
@@ -124,9 +106,7 @@ fn download(
         RepoType::Model,
         revision.to_string(),
     ));
-    let info = repo
-        .info()
-        .map_err(|e| err(format!("listing the repository: {e}")))?;
+    let info = repo.info().map_err(|e| err(format!("listing the repository: {e}")))?;
     let files: Vec<String> = info
         .siblings
         .into_iter()

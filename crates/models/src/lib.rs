@@ -7,6 +7,7 @@
 pub mod architectures;
 pub mod batch;
 pub mod config;
+pub mod debug;
 pub mod error;
 pub mod hub;
 pub mod loader;

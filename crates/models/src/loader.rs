@@ -37,6 +37,8 @@ impl Task {
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
     pub task: Task,
+    /// The compute backend, as `/models` reports it.
+    pub backend: &'static str,
     pub architecture: String,
     /// Length of each output vector.
     pub dim: usize,
@@ -114,11 +116,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     }
 }
 
-fn load_bert_embedder(
-    dir: &Path,
-    arch: &ArchConfig,
-    opts: &LoadOptions,
-) -> Result<LoadedModel, ModelError> {
+fn load_bert_embedder(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: BertConfig = read_json(&dir.join("config.json"))?;
     let st = SentenceTransformerConfig::read(dir)?;
     let window = st
@@ -135,6 +133,7 @@ fn load_bert_embedder(
     let encoder = Bert::load(bert::root(vb), &cfg)?;
     let info = ModelInfo {
         task: Task::Embed,
+        backend: "candle",
         architecture: arch
             .architectures
             .first()
@@ -168,17 +167,12 @@ fn var_builder(dir: &Path) -> Result<VarBuilder<'static>, ModelError> {
     }
     // SAFETY: the files are memory-mapped read-only; Aleph never writes to model files, and a
     // concurrent writer is outside what any HF loader guards against.
-    unsafe {
-        VarBuilder::from_mmaped_safetensors(
-            &files,
-            candle_core::DType::F32,
-            &candle_core::Device::Cpu,
-        )
-    }
-    .map_err(|e| ModelError::BadFile {
-        path: files[0].clone(),
-        reason: e.to_string(),
-    })
+    unsafe { VarBuilder::from_mmaped_safetensors(&files, candle_core::DType::F32, &candle_core::Device::Cpu) }.map_err(
+        |e| ModelError::BadFile {
+            path: files[0].clone(),
+            reason: e.to_string(),
+        },
+    )
 }
 
 fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {

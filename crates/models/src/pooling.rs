@@ -35,13 +35,7 @@ impl FromStr for PoolingChoice {
 }
 
 /// Pools the states of one sequence (`len` rows of `hidden` values, row-major) into `out`.
-pub fn pool_sequence(
-    pooling: Pooling,
-    states: &[f32],
-    len: usize,
-    hidden: usize,
-    out: &mut Vec<f32>,
-) {
+pub fn pool_sequence(pooling: Pooling, states: &[f32], len: usize, hidden: usize, out: &mut Vec<f32>) {
     out.clear();
     if len == 0 {
         out.resize(hidden, 0.0);
@@ -97,10 +91,7 @@ mod tests {
 
     #[test]
     fn parses_choices() {
-        assert_eq!(
-            "auto".parse::<PoolingChoice>().unwrap(),
-            PoolingChoice::Auto
-        );
+        assert_eq!("auto".parse::<PoolingChoice>().unwrap(), PoolingChoice::Auto);
         assert_eq!(
             "last-token".parse::<PoolingChoice>().unwrap(),
             PoolingChoice::Fixed(Pooling::LastToken)

@@ -110,11 +110,7 @@ mod tests {
     fn reads_pooling_normalize_and_window() {
         let dir = std::env::temp_dir().join(format!("aleph-st-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        write(
-            &dir,
-            "sentence_bert_config.json",
-            r#"{"max_seq_length": 256}"#,
-        );
+        write(&dir, "sentence_bert_config.json", r#"{"max_seq_length": 256}"#);
         write(
             &dir,
             "modules.json",
@@ -122,11 +118,7 @@ mod tests {
                 {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
                 {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#,
         );
-        write(
-            &dir,
-            "1_Pooling/config.json",
-            r#"{"pooling_mode_cls_token": true}"#,
-        );
+        write(&dir, "1_Pooling/config.json", r#"{"pooling_mode_cls_token": true}"#);
         let cfg = SentenceTransformerConfig::read(&dir).unwrap();
         assert_eq!(cfg.pooling, Some(Pooling::Cls));
         assert!(cfg.normalize);
@@ -139,9 +131,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("aleph-st-bad-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         write(&dir, "modules.json", "[{");
-        let err = SentenceTransformerConfig::read(&dir)
-            .unwrap_err()
-            .to_string();
+        let err = SentenceTransformerConfig::read(&dir).unwrap_err().to_string();
         assert!(err.contains("modules.json"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

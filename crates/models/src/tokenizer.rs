@@ -27,8 +27,15 @@ impl Encoded {
 /// A tokenizer that truncates to the model's window. Cheap to share: all methods take `&self`.
 #[derive(Clone)]
 pub struct TextTokenizer {
-    inner: Tokenizer,
+    kind: Kind,
     window: usize,
+}
+
+#[derive(Clone)]
+enum Kind {
+    HuggingFace(Box<Tokenizer>),
+    /// One token per UTF-8 byte between `[CLS]`-like 1 and `[SEP]`-like 2: for the weight-free debug engine.
+    Bytes,
 }
 
 impl TextTokenizer {
@@ -54,7 +61,18 @@ impl TextTokenizer {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-        Ok(TextTokenizer { inner, window })
+        Ok(TextTokenizer {
+            kind: Kind::HuggingFace(Box::new(inner)),
+            window,
+        })
+    }
+
+    /// A byte tokenizer needing no files (ids 3..=258 are bytes, 1 and 2 frame the sequence).
+    pub fn bytes(window: usize) -> Self {
+        TextTokenizer {
+            kind: Kind::Bytes,
+            window: window.max(2),
+        }
     }
 
     pub fn window(&self) -> usize {
@@ -63,13 +81,37 @@ impl TextTokenizer {
 
     /// Tokenizes one text with the model's special tokens, truncated to the window.
     pub fn encode(&self, text: &str) -> Result<Encoded, ModelError> {
-        let enc = self
-            .inner
-            .encode_fast(text, true)
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-        Ok(Encoded {
-            ids: enc.get_ids().to_vec(),
-            type_ids: enc.get_type_ids().to_vec(),
-        })
+        match &self.kind {
+            Kind::HuggingFace(tok) => {
+                let enc = tok
+                    .encode_fast(text, true)
+                    .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+                Ok(Encoded {
+                    ids: enc.get_ids().to_vec(),
+                    type_ids: enc.get_type_ids().to_vec(),
+                })
+            }
+            Kind::Bytes => {
+                let body = text.bytes().take(self.window - 2).map(|b| b as u32 + 3);
+                let ids: Vec<u32> = std::iter::once(1).chain(body).chain(std::iter::once(2)).collect();
+                Ok(Encoded {
+                    type_ids: vec![0; ids.len()],
+                    ids,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_tokenizer_frames_and_truncates() {
+        let t = TextTokenizer::bytes(5);
+        assert_eq!(t.encode("ab").unwrap().ids, vec![1, 100, 101, 2]);
+        assert_eq!(t.encode("abcdef").unwrap().len(), 5);
+        assert_eq!(t.encode("").unwrap().ids, vec![1, 2]);
     }
 }

@@ -53,13 +53,19 @@ pub struct ServeArgs {
     pub served_model_name: Vec<String>,
 
     /// Hub revision (branch, tag or commit) to load.
+    #[arg(long, env = "ALEPH_REVISION", value_delimiter = ';', help_heading = "Models")]
+    pub revision: Vec<String>,
+
+    /// Compute backend: candle (also accepted as torch, optimum or auto, so Infinity command lines work), or
+    /// debugengine, a weight-free engine whose vectors are derived from the input (for benchmarks and tests).
     #[arg(
         long,
-        env = "ALEPH_REVISION",
+        env = "ALEPH_ENGINE",
         value_delimiter = ';',
+        default_value = "candle",
         help_heading = "Models"
     )]
-    pub revision: Vec<String>,
+    pub engine: Vec<String>,
 
     /// Most sequences in one forward pass.
     #[arg(
@@ -121,12 +127,7 @@ pub struct ServeArgs {
     pub no_model_warmup: bool,
 
     /// Most items waiting per model; past it requests get 429.
-    #[arg(
-        long,
-        env = "ALEPH_QUEUE_SIZE",
-        default_value_t = 32000,
-        help_heading = "Serving"
-    )]
+    #[arg(long, env = "ALEPH_QUEUE_SIZE", default_value_t = 32000, help_heading = "Serving")]
     pub queue_size: usize,
 
     /// Most inputs in one request.
@@ -147,21 +148,11 @@ pub struct ServeArgs {
     pub payload_limit: usize,
 
     /// Address to listen on.
-    #[arg(
-        long,
-        env = "ALEPH_HOST",
-        default_value = "0.0.0.0",
-        help_heading = "Server"
-    )]
+    #[arg(long, env = "ALEPH_HOST", default_value = "0.0.0.0", help_heading = "Server")]
     pub host: String,
 
     /// Port to listen on.
-    #[arg(
-        long,
-        env = "ALEPH_PORT",
-        default_value_t = 7997,
-        help_heading = "Server"
-    )]
+    #[arg(long, env = "ALEPH_PORT", default_value_t = 7997, help_heading = "Server")]
     pub port: u16,
 
     /// Path prefix for the API routes, e.g. /api (no trailing slash).
@@ -179,12 +170,7 @@ pub struct ServeArgs {
     pub api_key: String,
 
     /// Log level: critical, error, warning, info, debug or trace.
-    #[arg(
-        long,
-        env = "ALEPH_LOG_LEVEL",
-        default_value = "info",
-        help_heading = "Server"
-    )]
+    #[arg(long, env = "ALEPH_LOG_LEVEL", default_value = "info", help_heading = "Server")]
     pub log_level: String,
 
     /// Allow cross-origin requests from anywhere.
@@ -202,12 +188,7 @@ pub struct ServeArgs {
     pub no_preload_only: bool,
 
     /// Where GET / redirects to; empty disables the redirect.
-    #[arg(
-        long,
-        env = "ALEPH_REDIRECT_SLASH",
-        default_value = "/docs",
-        help_heading = "Server"
-    )]
+    #[arg(long, env = "ALEPH_REDIRECT_SLASH", default_value = "/docs", help_heading = "Server")]
     pub redirect_slash: String,
 }
 
@@ -227,6 +208,7 @@ pub struct ModelSpec {
     pub model_id: String,
     pub served_name: String,
     pub revision: Option<String>,
+    pub engine: Engine,
     pub batch_size: usize,
     pub max_batch_tokens: usize,
     pub device: String,
@@ -242,27 +224,29 @@ impl ServeArgs {
 
     /// One spec per `--model-id`, broadcasting single values of the per-model flags.
     pub fn model_specs(&self) -> Result<Vec<ModelSpec>, String> {
-        let ids: Vec<String> = self
-            .model_id
-            .iter()
-            .filter(|s| !s.is_empty())
-            .cloned()
-            .collect();
+        let ids: Vec<String> = self.model_id.iter().filter(|s| !s.is_empty()).cloned().collect();
         if ids.is_empty() {
             return Err("--model-id: at least one model is required".into());
         }
         let n = ids.len();
         let names = per_model("--served-model-name", &self.served_model_name, n)?;
         let revisions = per_model("--revision", &self.revision, n)?;
+        let engines = per_model("--engine", &self.engine, n)?;
         let batch = per_model("--batch-size", &self.batch_size, n)?;
         let tokens = per_model("--max-batch-tokens", &self.max_batch_tokens, n)?;
         let device = per_model("--device", &self.device, n)?;
         let dtype = per_model("--dtype", &self.dtype, n)?;
         let pooling = per_model("--pooling-method", &self.pooling_method, n)?;
+        let engines = engines
+            .into_iter()
+            .map(|e| e.as_deref().unwrap_or("candle").parse::<Engine>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("--engine: {e}"))?;
         let specs: Vec<ModelSpec> = ids
             .iter()
             .enumerate()
             .map(|(i, id)| ModelSpec {
+                engine: engines[i],
                 model_id: id.clone(),
                 served_name: names[i]
                     .clone()
@@ -283,6 +267,25 @@ impl ServeArgs {
             }
         }
         Ok(specs)
+    }
+}
+
+/// Which backend computes a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Candle,
+    Debug,
+}
+
+impl std::str::FromStr for Engine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "candle" | "torch" | "optimum" | "auto" => Ok(Engine::Candle),
+            "debugengine" | "debug" => Ok(Engine::Debug),
+            other => Err(format!("unknown engine `{other}` (expected candle or debugengine)")),
+        }
     }
 }
 
@@ -312,10 +315,7 @@ pub fn default_served_name(model_id: &str) -> String {
 /// environment works unchanged. Call before any thread starts.
 pub fn adopt_infinity_env() {
     let pairs: Vec<(String, String)> = std::env::vars()
-        .filter_map(|(k, v)| {
-            k.strip_prefix("INFINITY_")
-                .map(|rest| (format!("ALEPH_{rest}"), v))
-        })
+        .filter_map(|(k, v)| k.strip_prefix("INFINITY_").map(|rest| (format!("ALEPH_{rest}"), v)))
         .collect();
     for (key, value) in pairs {
         if std::env::var_os(&key).is_none() {

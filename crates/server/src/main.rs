@@ -34,9 +34,8 @@ fn init_logging(level: &str) {
         "trace" => "trace",
         _ => "info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{level},ort=warn,hyper=warn"))
-    });
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},ort=warn,hyper=warn")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

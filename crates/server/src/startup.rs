@@ -9,7 +9,7 @@ use aleph_models::{hub, LoadOptions};
 use anyhow::{anyhow, Context};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::cli::{ModelSpec, ServeArgs};
+use crate::cli::{Engine, ModelSpec, ServeArgs};
 use crate::http::schemas::MAX_STRING_CHARS;
 use crate::http::state::{AppState, Limits};
 use crate::http::{self, HttpConfig};
@@ -18,11 +18,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let specs = args.model_specs().map_err(|e| anyhow!(e))?;
     let metrics = install_metrics();
-    let workers = args.tokenizer_workers.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    let workers = args
+        .tokenizer_workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = Arc::new(TokenizerPool::new(workers));
 
     let mut handles = Vec::new();
@@ -82,11 +80,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Resolves, loads and starts one model. Errors name the model.
-fn load_model(
-    spec: &ModelSpec,
-    queue_size: usize,
-    pool: Arc<TokenizerPool>,
-) -> anyhow::Result<ModelHandle> {
+fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> anyhow::Result<ModelHandle> {
     let t0 = Instant::now();
     let ctx = || format!("loading model `{}`", spec.model_id);
     let opts = LoadOptions {
@@ -94,18 +88,20 @@ fn load_model(
             .pooling_method
             .parse()
             .map_err(|e: String| anyhow!("--pooling-method: {e}"))?,
-        dtype: spec
-            .dtype
-            .parse()
-            .map_err(|e: String| anyhow!("--dtype: {e}"))?,
-        device: spec
-            .device
-            .parse()
-            .map_err(|e: String| anyhow!("--device: {e}"))?,
+        dtype: spec.dtype.parse().map_err(|e: String| anyhow!("--dtype: {e}"))?,
+        device: spec.device.parse().map_err(|e: String| anyhow!("--device: {e}"))?,
     };
-    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress).with_context(ctx)?;
-    let loaded = aleph_models::load(&dir, &opts).with_context(ctx)?;
+    let (loaded, source) = match spec.engine {
+        Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string()),
+        Engine::Candle => {
+            let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress).with_context(ctx)?;
+            (
+                aleph_models::load(&dir, &opts).with_context(ctx)?,
+                dir.display().to_string(),
+            )
+        }
+    };
     if spec.max_batch_tokens < loaded.info.window {
         return Err(anyhow!(
             "--max-batch-tokens {} is smaller than the window of `{}` ({} tokens): one full input would not fit",
@@ -118,16 +114,12 @@ fn load_model(
         model = spec.served_name,
         "loaded {} from {} ({}, dim {}, window {}, {:?} pooling{}) in {:.2} s",
         spec.model_id,
-        dir.display(),
+        source,
         loaded.info.architecture,
         loaded.info.dim,
         loaded.info.window,
         loaded.info.pooling,
-        if loaded.info.normalize {
-            ", normalized"
-        } else {
-            ""
-        },
+        if loaded.info.normalize { ", normalized" } else { "" },
         t0.elapsed().as_secs_f64()
     );
     let config = HandleConfig {

@@ -7,11 +7,7 @@ use common::{cosine, floats, minilm, Server};
 use serde_json::json;
 
 fn serve(extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--model-id",
-        Box::leak(minilm().into_boxed_str()),
-        "--no-model-warmup",
-    ];
+    let mut args = vec!["--model-id", Box::leak(minilm().into_boxed_str()), "--no-model-warmup"];
     args.extend_from_slice(extra);
     Server::start(&args)
 }
@@ -67,9 +63,7 @@ fn embeddings_shape_ids_and_key_order() {
 #[test]
 fn base64_equals_float_and_dimensions_slice() {
     let s = serve(&[]);
-    let float = s
-        .post_json("/embeddings", &json!({"input": "Hello world"}))
-        .json();
+    let float = s.post_json("/embeddings", &json!({"input": "Hello world"})).json();
     let b64 = s
         .post_json(
             "/embeddings",
@@ -83,17 +77,10 @@ fn base64_equals_float_and_dimensions_slice() {
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
-    assert_eq!(
-        decoded,
-        floats(&float["data"][0]["embedding"]),
-        "bit-identical"
-    );
+    assert_eq!(decoded, floats(&float["data"][0]["embedding"]), "bit-identical");
 
     let sliced = s
-        .post_json(
-            "/embeddings",
-            &json!({"input": "Hello world", "dimensions": 8}),
-        )
+        .post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 8}))
         .json();
     assert_eq!(
         floats(&sliced["data"][0]["embedding"]),
@@ -101,10 +88,7 @@ fn base64_equals_float_and_dimensions_slice() {
         "a prefix, not re-normalized"
     );
     let zero = s
-        .post_json(
-            "/embeddings",
-            &json!({"input": "Hello world", "dimensions": 0}),
-        )
+        .post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 0}))
         .json();
     assert_eq!(floats(&zero["data"][0]["embedding"]).len(), 384);
     for bad in [385, -1, 100000] {
@@ -113,9 +97,7 @@ fn base64_equals_float_and_dimensions_slice() {
         assert_eq!(v["error"]["param"], "dimensions");
     }
     // Surrounding whitespace is stripped before embedding.
-    let padded = s
-        .post_json("/embeddings", &json!({"input": "  Hello world \n"}))
-        .json();
+    let padded = s.post_json("/embeddings", &json!({"input": "  Hello world \n"})).json();
     assert!(cosine(&floats(&padded["data"][0]["embedding"]), &decoded) > 0.999999);
 }
 
@@ -143,40 +125,29 @@ fn schema_errors_are_422_in_the_openai_envelope() {
         assert_eq!(r.status, 422, "{what}: {}", r.body);
         r.assert_error(422);
     }
-    let v = s
-        .post("/embeddings", r#"{"input":["a", 7]}"#)
-        .assert_error(422);
+    let v = s.post("/embeddings", r#"{"input":["a", 7]}"#).assert_error(422);
     assert_eq!(v["error"]["param"], "input[1]");
     let long = "x".repeat(122_881);
-    s.post_json("/embeddings", &json!({"input": [long]}))
-        .assert_error(422);
+    s.post_json("/embeddings", &json!({"input": [long]})).assert_error(422);
     // Unknown fields are ignored, as in Infinity.
     assert_eq!(
-        s.post("/embeddings", r#"{"input":"a","extra":{"deep":[1]}}"#)
-            .status,
+        s.post("/embeddings", r#"{"input":"a","extra":{"deep":[1]}}"#).status,
         200
     );
     // The server still answers.
-    assert_eq!(
-        s.post("/embeddings", r#"{"input":"still here"}"#).status,
-        200
-    );
+    assert_eq!(s.post("/embeddings", r#"{"input":"still here"}"#).status, 200);
 }
 
 #[test]
 fn statuses_for_routes_methods_capabilities_and_size() {
     let s = serve(&["--payload-limit", "2000"]);
     s.get("/nope").assert_error(404);
-    s.request("DELETE", "/embeddings", None, &[])
-        .assert_error(405);
+    s.request("DELETE", "/embeddings", None, &[]).assert_error(405);
     s.get("/embeddings").assert_error(405);
     let v = s
         .post("/embeddings", r#"{"input":"a","modality":"image"}"#)
         .assert_error(400);
-    assert!(
-        v["error"]["message"].as_str().unwrap().contains("embed"),
-        "{v}"
-    );
+    assert!(v["error"]["message"].as_str().unwrap().contains("embed"), "{v}");
     let big = json!({"input": "y".repeat(5000)}).to_string();
     s.post("/embeddings", &big).assert_error(413);
     assert_eq!(s.post("/embeddings", r#"{"input":"fine"}"#).status, 200);
@@ -212,11 +183,7 @@ fn v1_aliases_health_models_docs_and_redirect() {
     assert_eq!(root.header("location"), Some("/docs"));
     let metrics = s.get("/metrics");
     assert_eq!(metrics.status, 200);
-    assert!(
-        metrics.body.contains("aleph_http_requests_total"),
-        "{}",
-        metrics.body
-    );
+    assert!(metrics.body.contains("aleph_http_requests_total"), "{}", metrics.body);
 }
 
 #[test]
@@ -225,11 +192,7 @@ fn url_prefix_moves_the_api() {
     assert_eq!(s.post("/api/embeddings", r#"{"input":"a"}"#).status, 200);
     assert_eq!(s.post("/api/v1/embeddings", r#"{"input":"a"}"#).status, 200);
     assert_eq!(s.get("/api/models").status, 200);
-    assert_eq!(
-        s.get("/health").status,
-        200,
-        "/health stays unprefixed, as in Infinity"
-    );
+    assert_eq!(s.get("/health").status, 200, "/health stays unprefixed, as in Infinity");
     assert_eq!(s.get("/api/health").status, 200);
     assert_eq!(s.get("/api/openapi.json").status, 200);
     s.post("/embeddings", r#"{"input":"a"}"#).assert_error(404);
@@ -241,9 +204,7 @@ fn api_key_guards_the_api_but_not_health() {
     let s = serve(&["--api-key", "s3cret"]);
     let body = Some(r#"{"input":"a"}"#);
     let json_ct = ("Content-Type", "application/json");
-    let v = s
-        .request("POST", "/embeddings", body, &[json_ct])
-        .assert_error(401);
+    let v = s.request("POST", "/embeddings", body, &[json_ct]).assert_error(401);
     assert!(!v.to_string().contains("s3cret"));
     s.request(
         "POST",
@@ -262,13 +223,8 @@ fn api_key_guards_the_api_but_not_health() {
     );
     assert_eq!(ok.status, 200);
     assert_eq!(
-        s.request(
-            "GET",
-            "/models",
-            None,
-            &[("Authorization", "Bearer s3cret")]
-        )
-        .status,
+        s.request("GET", "/models", None, &[("Authorization", "Bearer s3cret")])
+            .status,
         200
     );
     assert_eq!(s.get("/health").status, 200);
@@ -285,22 +241,15 @@ fn several_models_route_by_name() {
         "--batch-size",
         "4;8",
     ]);
-    let a = s
-        .post_json("/embeddings", &json!({"input": "x", "model": "a"}))
-        .json();
+    let a = s.post_json("/embeddings", &json!({"input": "x", "model": "a"})).json();
     assert_eq!(a["model"], "a");
-    let b = s
-        .post_json("/embeddings", &json!({"input": "x", "model": "b"}))
-        .json();
+    let b = s.post_json("/embeddings", &json!({"input": "x", "model": "b"})).json();
     assert_eq!(b["model"], "b");
     let v = s
         .post_json("/embeddings", &json!({"input": "x", "model": "c"}))
         .assert_error(404);
     let msg = v["error"]["message"].as_str().unwrap();
-    assert!(
-        msg.contains("`a`") || (msg.contains("a") && msg.contains("b")),
-        "{msg}"
-    );
+    assert!(msg.contains("`a`") || (msg.contains("a") && msg.contains("b")), "{msg}");
     let models = s.get("/models").json();
     let sizes: Vec<_> = models["data"]
         .as_array()
@@ -313,11 +262,7 @@ fn several_models_route_by_name() {
 
 #[test]
 fn start_up_errors_name_the_problem() {
-    let err = |args: &[&str]| {
-        Server::try_start(args, &[])
-            .err()
-            .expect("should not start")
-    };
+    let err = |args: &[&str]| Server::try_start(args, &[]).err().expect("should not start");
     let m = minilm();
     let e = err(&["--model-id", &m, "--model-id", &m]);
     assert!(e.contains("unique"), "{e}");
@@ -355,13 +300,8 @@ fn broken_model_folders_stop_start_up_with_a_clear_reason() {
             std::fs::copy(src.join(f), dir.join(f)).unwrap();
         }
         std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
-        std::fs::copy(
-            src.join("1_Pooling/config.json"),
-            dir.join("1_Pooling/config.json"),
-        )
-        .unwrap();
-        std::os::unix::fs::symlink(src.join("model.safetensors"), dir.join("model.safetensors"))
-            .unwrap();
+        std::fs::copy(src.join("1_Pooling/config.json"), dir.join("1_Pooling/config.json")).unwrap();
+        std::os::unix::fs::symlink(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
         edit(&dir);
         dir.to_string_lossy().into_owned()
     };
@@ -478,20 +418,10 @@ fn help_lists_flags_with_env_and_defaults() {
 #[test]
 fn preload_only_loads_and_exits_cleanly() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_aleph"))
-        .args([
-            "v2",
-            "--model-id",
-            &minilm(),
-            "--no-model-warmup",
-            "--preload-only",
-        ])
+        .args(["v2", "--model-id", &minilm(), "--no-model-warmup", "--preload-only"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -503,10 +433,7 @@ fn sigterm_exits_zero() {
 
 #[test]
 fn permissive_cors_only_when_asked() {
-    let origin = [
-        ("Origin", "http://example.com"),
-        ("Content-Type", "application/json"),
-    ];
+    let origin = [("Origin", "http://example.com"), ("Content-Type", "application/json")];
     let s = serve(&[]);
     let r = s.request("POST", "/embeddings", Some(r#"{"input":"a"}"#), &origin);
     assert!(r.header("access-control-allow-origin").is_none());

@@ -56,10 +56,7 @@ async fn resolve(
     Path((org, name, _rev, file)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    hub.log
-        .lock()
-        .unwrap()
-        .push(format!("get {org}/{name}/{file}"));
+    hub.log.lock().unwrap().push(format!("get {org}/{name}/{file}"));
     let Ok(bytes) = std::fs::read(hub.dir.join(&file)) else {
         return (StatusCode::NOT_FOUND, "Entry not found").into_response();
     };
@@ -68,9 +65,7 @@ async fn resolve(
     out.insert("x-repo-commit", SHA.parse().unwrap());
     out.insert(
         header::ETAG,
-        format!("\"etag-{}\"", file.replace('/', "-"))
-            .parse()
-            .unwrap(),
+        format!("\"etag-{}\"", file.replace('/', "-")).parse().unwrap(),
     );
     let range = headers
         .get(header::RANGE)
@@ -90,12 +85,7 @@ async fn resolve(
         header::CONTENT_RANGE,
         format!("bytes {start}-{end}/{size}").parse().unwrap(),
     );
-    (
-        StatusCode::PARTIAL_CONTENT,
-        out,
-        bytes[start..=end].to_vec(),
-    )
-        .into_response()
+    (StatusCode::PARTIAL_CONTENT, out, bytes[start..=end].to_vec()).into_response()
 }
 
 /// Starts the fake hub on a background thread; returns its URL and request log.
@@ -126,8 +116,7 @@ fn start_hub() -> (String, Arc<Mutex<Vec<String>>>) {
 
 fn hello_reference() -> Vec<f32> {
     let reference: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::repo_root().join("tests/fixtures/minilm/reference.json"))
-            .unwrap(),
+        &std::fs::read_to_string(common::repo_root().join("tests/fixtures/minilm/reference.json")).unwrap(),
     )
     .unwrap();
     floats(&reference["vectors"][1]) // "Hello world"
@@ -147,9 +136,7 @@ fn downloads_from_the_hub_then_serves_from_the_cache_offline() {
     ];
 
     let s = Server::start_with_env(&["--model-id", id, "--no-model-warmup"], &env);
-    let body = s
-        .post_json("/embeddings", &json!({"input": "Hello world"}))
-        .json();
+    let body = s.post_json("/embeddings", &json!({"input": "Hello world"})).json();
     assert_eq!(body["model"], id, "served under the hub id");
     assert!(cosine(&floats(&body["data"][0]["embedding"]), &hello_reference()) >= 0.9999);
     drop(s);
@@ -169,10 +156,7 @@ fn downloads_from_the_hub_then_serves_from_the_cache_offline() {
     let snapshot = home
         .join("hub/models--sentence-transformers--all-MiniLM-L6-v2/snapshots")
         .join(SHA);
-    assert!(
-        snapshot.join("1_Pooling/config.json").exists(),
-        "hub cache layout"
-    );
+    assert!(snapshot.join("1_Pooling/config.json").exists(), "hub cache layout");
 
     // Offline: the cache alone serves it, and the hub is not asked.
     let before = log.lock().unwrap().len();
@@ -182,35 +166,18 @@ fn downloads_from_the_hub_then_serves_from_the_cache_offline() {
         ("HF_HUB_OFFLINE", "1"),
     ];
     let s = Server::start_with_env(&["--model-id", id, "--no-model-warmup"], &offline);
-    assert_eq!(
-        s.post_json("/embeddings", &json!({"input": "Hello world"}))
-            .status,
-        200
-    );
+    assert_eq!(s.post_json("/embeddings", &json!({"input": "Hello world"})).status, 200);
     drop(s);
     // A commit hash as --revision finds the same snapshot.
-    let s = Server::start_with_env(
-        &["--model-id", id, "--revision", SHA, "--no-model-warmup"],
-        &offline,
-    );
+    let s = Server::start_with_env(&["--model-id", id, "--revision", SHA, "--no-model-warmup"], &offline);
     drop(s);
-    assert_eq!(
-        log.lock().unwrap().len(),
-        before,
-        "no hub traffic when offline"
-    );
+    assert_eq!(log.lock().unwrap().len(), before, "no hub traffic when offline");
 
     // Offline and not cached: a clear error naming the model.
-    let e = Server::try_start(
-        &["--model-id", "org/missing", "--no-model-warmup"],
-        &offline,
-    )
-    .err()
-    .unwrap();
-    assert!(
-        e.contains("org/missing") && e.contains("HF_HUB_OFFLINE"),
-        "{e}"
-    );
+    let e = Server::try_start(&["--model-id", "org/missing", "--no-model-warmup"], &offline)
+        .err()
+        .unwrap();
+    assert!(e.contains("org/missing") && e.contains("HF_HUB_OFFLINE"), "{e}");
     // Online but unknown to the hub.
     let e = Server::try_start(&["--model-id", "org/missing", "--no-model-warmup"], &env)
         .err()

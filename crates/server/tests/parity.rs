@@ -9,17 +9,9 @@ use serde_json::{json, Value};
 fn fixtures() -> (Vec<String>, Vec<Vec<f32>>, Vec<u64>) {
     let dir = repo_root().join("tests/fixtures/minilm");
     let sentences: Vec<String> =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("sentences.json")).unwrap())
-            .unwrap();
-    let reference: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
-            .unwrap();
-    let vectors = reference["vectors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(floats)
-        .collect();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sentences.json")).unwrap()).unwrap();
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+    let vectors = reference["vectors"].as_array().unwrap().iter().map(floats).collect();
     let counts = reference["token_counts"]
         .as_array()
         .unwrap()
@@ -50,10 +42,7 @@ fn minilm_matches_sentence_transformers() {
         worst = worst.min(c);
         assert!(c >= 0.9999, "sentence {i} {:?}: cosine {c}", sentences[i]);
     }
-    eprintln!(
-        "worst cosine over {} sentences: {worst:.7}",
-        sentences.len()
-    );
+    eprintln!("worst cosine over {} sentences: {worst:.7}", sentences.len());
     assert_eq!(
         body["usage"]["prompt_tokens"],
         counts.iter().sum::<u64>(),
@@ -62,9 +51,7 @@ fn minilm_matches_sentence_transformers() {
 
     // One by one: the same vectors whatever the batch composition.
     for i in [0, 1, 2, 21, 28, sentences.len() - 1] {
-        let body = server
-            .post_json("/embeddings", &json!({"input": sentences[i]}))
-            .json();
+        let body = server.post_json("/embeddings", &json!({"input": sentences[i]})).json();
         let v = floats(&body["data"][0]["embedding"]);
         assert!(cosine(&v, &reference[i]) >= 0.9999, "solo sentence {i}");
         assert_eq!(body["usage"]["total_tokens"], counts[i]);

@@ -115,8 +115,7 @@ impl Embeddings {
     fn load(vb: VarBuilder, cfg: &BertConfig) -> candle_core::Result<Self> {
         let h = cfg.hidden_size;
         let word = candle_nn::embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?;
-        let position =
-            candle_nn::embedding(cfg.max_position_embeddings, h, vb.pp("position_embeddings"))?;
+        let position = candle_nn::embedding(cfg.max_position_embeddings, h, vb.pp("position_embeddings"))?;
         let token_type = if cfg.type_vocab_size > 0 {
             Some(candle_nn::embedding(
                 cfg.type_vocab_size,
@@ -136,12 +135,7 @@ impl Embeddings {
     }
 
     /// `ids`, `type_ids`: `[b, l]`; `positions`: `[l]`. Returns `[b, l, h]`.
-    fn forward(
-        &self,
-        ids: &Tensor,
-        type_ids: &Tensor,
-        positions: &Tensor,
-    ) -> candle_core::Result<Tensor> {
+    fn forward(&self, ids: &Tensor, type_ids: &Tensor, positions: &Tensor) -> candle_core::Result<Tensor> {
         let mut x = self.word.forward(ids)?;
         if let Some(tt) = &self.token_type {
             x = (x + tt.forward(type_ids)?)?;
@@ -165,10 +159,7 @@ impl Layer {
         let h = cfg.hidden_size;
         let sa = vb.pp("attention").pp("self");
         let part = |name: &str| -> candle_core::Result<(Tensor, Tensor)> {
-            Ok((
-                sa.pp(name).get((h, h), "weight")?,
-                sa.pp(name).get(h, "bias")?,
-            ))
+            Ok((sa.pp(name).get((h, h), "weight")?, sa.pp(name).get(h, "bias")?))
         };
         let qkv = Dense::fuse(vec![part("query")?, part("key")?, part("value")?])?;
         let ao = vb.pp("attention").pp("output");
@@ -178,11 +169,7 @@ impl Layer {
             attn_norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, ao.pp("LayerNorm"))?,
             intermediate: Dense::load(vb.pp("intermediate").pp("dense"), h, cfg.intermediate_size)?,
             output: Dense::load(vb.pp("output").pp("dense"), cfg.intermediate_size, h)?,
-            out_norm: candle_nn::layer_norm(
-                h,
-                cfg.layer_norm_eps,
-                vb.pp("output").pp("LayerNorm"),
-            )?,
+            out_norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
         })
     }
 }
@@ -274,23 +261,16 @@ impl Bert {
         let hd = h / nh;
         let qkv = layer.qkv.forward(x)?.reshape((b, l, 3, nh, hd))?;
         let split = |i: usize| -> candle_core::Result<Tensor> {
-            qkv.narrow(2, i, 1)?
-                .squeeze(2)?
-                .transpose(1, 2)?
-                .contiguous()
+            qkv.narrow(2, i, 1)?.squeeze(2)?.transpose(1, 2)?.contiguous()
         };
         let q = (split(0)? * (1.0 / (hd as f64).sqrt()))?;
         let (k, v) = (split(1)?, split(2)?);
         let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * l, h))?;
-        let attn = layer
-            .attn_norm
-            .forward(&(layer.attn_out.forward(&ctx)? + x)?)?;
+        let attn = layer.attn_norm.forward(&(layer.attn_out.forward(&ctx)? + x)?)?;
         let inter = self.act.apply(&layer.intermediate.forward(&attn)?)?;
-        layer
-            .out_norm
-            .forward(&(layer.output.forward(&inter)? + attn)?)
+        layer.out_norm.forward(&(layer.output.forward(&inter)? + attn)?)
     }
 }
 

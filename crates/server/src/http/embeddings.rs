@@ -12,11 +12,11 @@ use base64::Engine as _;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::schemas::{
-    response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue,
-    EncodingFormat, Modality, Usage,
+    response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat,
+    Modality, Usage,
 };
 use super::state::{AppState, Limits};
-use super::timing::timing_headers;
+use super::timing::{observe, timing_headers};
 
 /// Create embeddings for text (or, on models that support it, images and audio).
 #[utoipa::path(
@@ -37,6 +37,12 @@ pub async fn embeddings(
     ApiJson(req): ApiJson<EmbeddingRequest>,
 ) -> Result<Response, ApiError> {
     let model = state.registry.get(&req.model)?;
+    let result = embed(&state, model, req).await;
+    observe(model.name(), "/embeddings", &result);
+    result
+}
+
+async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> Result<Response, ApiError> {
     check_modality(model, &req.model, req.modality)?;
     let texts = validate_texts(req.input.into_vec(), &state.limits)?;
     let dims = validate_dimensions(req.dimensions, model.info().dim)?;
@@ -67,20 +73,12 @@ pub async fn embeddings(
         id: response_id(),
         created: unix_now() as u64,
     };
-    let headers: HeaderMap = timing_headers(
-        result.tokenization_time,
-        result.queue_time,
-        result.inference_time,
-    );
+    let headers: HeaderMap = timing_headers(result.tokenization_time, result.queue_time, result.inference_time);
     Ok((headers, Json(body)).into_response())
 }
 
 /// 400 unless the model can embed this modality.
-fn check_modality(
-    model: &ModelHandle,
-    requested: &str,
-    modality: Modality,
-) -> Result<(), ApiError> {
+fn check_modality(model: &ModelHandle, requested: &str, modality: Modality) -> Result<(), ApiError> {
     let caps = model.info().task.capabilities();
     if caps.contains(&modality.capability()) {
         return Ok(());
@@ -96,9 +94,7 @@ fn check_modality(
 /// Strips each input (as Infinity does) and enforces the count and length limits (422).
 pub fn validate_texts(texts: Vec<String>, limits: &Limits) -> Result<Vec<String>, ApiError> {
     if texts.is_empty() {
-        return Err(
-            ApiError::unprocessable("`input` must hold at least 1 item").with_param("input")
-        );
+        return Err(ApiError::unprocessable("`input` must hold at least 1 item").with_param("input"));
     }
     if texts.len() > limits.max_client_batch_size {
         return Err(ApiError::unprocessable(format!(
@@ -158,20 +154,8 @@ mod tests {
         assert_eq!(validate_dimensions(Some(0), 384).unwrap(), 384);
         assert_eq!(validate_dimensions(Some(8), 384).unwrap(), 8);
         assert_eq!(validate_dimensions(Some(384), 384).unwrap(), 384);
-        assert_eq!(
-            validate_dimensions(Some(385), 384)
-                .unwrap_err()
-                .status
-                .as_u16(),
-            400
-        );
-        assert_eq!(
-            validate_dimensions(Some(-1), 384)
-                .unwrap_err()
-                .status
-                .as_u16(),
-            400
-        );
+        assert_eq!(validate_dimensions(Some(385), 384).unwrap_err().status.as_u16(), 400);
+        assert_eq!(validate_dimensions(Some(-1), 384).unwrap_err().status.as_u16(), 400);
     }
 
     #[test]
@@ -180,14 +164,8 @@ mod tests {
             max_client_batch_size: 2,
             max_string_chars: 5,
         };
-        assert_eq!(
-            validate_texts(vec![" ab ".into()], &limits).unwrap(),
-            vec!["ab"]
-        );
-        assert_eq!(
-            validate_texts(vec![], &limits).unwrap_err().status.as_u16(),
-            422
-        );
+        assert_eq!(validate_texts(vec![" ab ".into()], &limits).unwrap(), vec!["ab"]);
+        assert_eq!(validate_texts(vec![], &limits).unwrap_err().status.as_u16(), 422);
         assert_eq!(
             validate_texts(vec!["a".into(); 3], &limits)
                 .unwrap_err()

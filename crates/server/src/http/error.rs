@@ -103,9 +103,7 @@ impl From<EngineError> for ApiError {
         let status = match &e {
             EngineError::UnknownModel { .. } => StatusCode::NOT_FOUND,
             EngineError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            EngineError::Inference(_) | EngineError::Tokenization(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            EngineError::Inference(_) | EngineError::Tokenization(_) => StatusCode::INTERNAL_SERVER_ERROR,
             EngineError::ShuttingDown(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         let mut err = ApiError::new(status, e.to_string());

@@ -39,11 +39,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         }
         // serde would also read a struct from a JSON array; the API takes objects only.
         Some(b'{') => {}
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "request body must be a JSON object",
-            ))
-        }
+        Some(_) => return Err(ApiError::unprocessable("request body must be a JSON object")),
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {

@@ -19,11 +19,7 @@ pub async fn health() -> Json<HealthBody> {
 /// Prometheus metrics in the text exposition format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     match &state.metrics {
-        Some(handle) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
+        Some(handle) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response(),
         None => (StatusCode::NOT_FOUND, "metrics are disabled").into_response(),
     }
 }

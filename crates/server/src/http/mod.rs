@@ -43,10 +43,7 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
     let api = Router::new()
         .route("/embeddings", post(embeddings::embeddings))
         .route("/models", get(models::models))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_key,
-        ));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_key));
 
     let prefix = cfg.url_prefix.as_str();
     let mut app = Router::new()
@@ -65,24 +62,17 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         app = app.route(&format!("{prefix}/health"), get(health::health));
     }
     app = app.merge(
-        SwaggerUi::new(format!("{prefix}/docs"))
-            .url(format!("{prefix}/openapi.json"), openapi::document(prefix)),
+        SwaggerUi::new(format!("{prefix}/docs")).url(format!("{prefix}/openapi.json"), openapi::document(prefix)),
     );
     if !cfg.redirect_slash.is_empty() {
         let target = cfg.redirect_slash.clone();
-        app = app.route(
-            "/",
-            get(move || async move { Redirect::temporary(&target) }),
-        );
+        app = app.route("/", get(move || async move { Redirect::temporary(&target) }));
     }
     let route_label_prefix = prefix.to_string();
     let mut app = app
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method not allowed on this route",
-            )
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
         })
         .layer(DefaultBodyLimit::max(cfg.payload_limit))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
@@ -98,10 +88,7 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
 /// A bounded label for a request path: the API route it hits, or `other`.
 fn route_label(prefix: &str, path: &str) -> &'static str {
     let rest = path.strip_prefix(prefix).unwrap_or(path);
-    let rest = rest
-        .strip_prefix("/v1")
-        .filter(|r| r.starts_with('/'))
-        .unwrap_or(rest);
+    let rest = rest.strip_prefix("/v1").filter(|r| r.starts_with('/')).unwrap_or(rest);
     API_ROUTES
         .iter()
         .chain(&["/health", "/metrics"])
@@ -114,8 +101,7 @@ async fn record_request(route: &'static str, req: Request, next: Next) -> Respon
     let started = Instant::now();
     let response = next.run(req).await;
     let status = response.status().as_u16().to_string();
-    metrics::counter!("aleph_http_requests_total", "route" => route, "status" => status)
-        .increment(1);
+    metrics::counter!("aleph_http_requests_total", "route" => route, "status" => status).increment(1);
     metrics::histogram!("aleph_http_request_duration_seconds", "route" => route)
         .record(started.elapsed().as_secs_f64());
     response.into_response()

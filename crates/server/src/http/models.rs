@@ -26,17 +26,16 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
                     batch_size: s.batch_size,
                     running_batches: s.running_batches,
                     last_batch_size: s.last_batch_size,
+                    batches_total: s.batches,
+                    batches_failed: s.failed_batches,
                 },
                 object: "model",
                 owned_by: "aleph",
                 created,
-                backend: "candle",
+                backend: m.info().backend,
                 capabilities: m.info().task.capabilities().to_vec(),
             }
         })
         .collect();
-    Json(ModelList {
-        object: "list",
-        data,
-    })
+    Json(ModelList { object: "list", data })
 }

@@ -168,6 +168,9 @@ pub struct ModelStatsBody {
     pub batch_size: usize,
     pub running_batches: usize,
     pub last_batch_size: usize,
+    /// Batches run since start, and how many of them failed.
+    pub batches_total: usize,
+    pub batches_failed: usize,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -217,8 +220,7 @@ mod tests {
         assert_eq!(r.input, StringOrList::One("hi".into()));
         assert_eq!(r.model, DEFAULT_MODEL_NAME);
         assert_eq!(r.encoding_format, EncodingFormat::Float);
-        let r: EmbeddingRequest =
-            serde_json::from_str(r#"{"input":["a","b"],"encoding_format":"base64"}"#).unwrap();
+        let r: EmbeddingRequest = serde_json::from_str(r#"{"input":["a","b"],"encoding_format":"base64"}"#).unwrap();
         assert_eq!(r.input.into_vec(), vec!["a", "b"]);
         let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":[1]}"#)
             .unwrap_err()

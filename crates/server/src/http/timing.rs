@@ -1,6 +1,24 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::Response;
+
+use super::error::ApiError;
+
+/// Counts a request against the model that served it.
+pub fn observe(model: &str, route: &'static str, result: &Result<Response, ApiError>) {
+    let status = match result {
+        Ok(r) => r.status(),
+        Err(e) => e.status,
+    };
+    metrics::counter!(
+        "aleph_requests_total",
+        "model" => model.to_string(),
+        "route" => route,
+        "status" => status.as_u16().to_string()
+    )
+    .increment(1);
+}
 
 /// Where a request's time went, in milliseconds, as response headers.
 pub fn timing_headers(tokenization: Duration, queue: Duration, inference: Duration) -> HeaderMap {

@@ -68,10 +68,7 @@ impl Reply {
             "no message: {v}"
         );
         assert_eq!(err["code"], status, "{v}");
-        assert!(
-            err.get("type").is_some() && err.get("param").is_some(),
-            "{v}"
-        );
+        assert!(err.get("type").is_some() && err.get("param").is_some(), "{v}");
         v
     }
 }
@@ -92,9 +89,7 @@ impl Server {
     /// Like `start`, but returns the process's output if it exits or never serves.
     pub fn try_start(args: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_aleph"));
-        cmd.arg("v2")
-            .args(["--host", "127.0.0.1", "--port", "0"])
-            .args(args);
+        cmd.arg("v2").args(["--host", "127.0.0.1", "--port", "0"]).args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -112,12 +107,7 @@ impl Server {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     logs.lock().unwrap().push_str(&format!("{line}\n"));
                     if let Some(rest) = line.split("on http://").nth(1) {
-                        let _ = tx.send(
-                            rest.split_whitespace()
-                                .next()
-                                .unwrap_or_default()
-                                .to_string(),
-                        );
+                        let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_string());
                     }
                 }
             });
@@ -150,13 +140,7 @@ impl Server {
         self.child.id()
     }
 
-    pub fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-        headers: &[(&str, &str)],
-    ) -> Reply {
+    pub fn request(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Reply {
         let agent = ureq::AgentBuilder::new()
             .redirects(0)
             .timeout(Duration::from_secs(120))
@@ -184,20 +168,11 @@ impl Server {
             })
             .collect();
         let body = resp.into_string().unwrap_or_default();
-        Reply {
-            status,
-            body,
-            headers,
-        }
+        Reply { status, body, headers }
     }
 
     pub fn post(&self, path: &str, body: &str) -> Reply {
-        self.request(
-            "POST",
-            path,
-            Some(body),
-            &[("Content-Type", "application/json")],
-        )
+        self.request("POST", path, Some(body), &[("Content-Type", "application/json")])
     }
 
     pub fn post_json(&self, path: &str, body: &Value) -> Reply {
@@ -218,11 +193,7 @@ impl Server {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "no exit after SIGTERM\n{}",
-                self.logs()
-            );
+            assert!(Instant::now() < deadline, "no exit after SIGTERM\n{}", self.logs());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
