@@ -27,10 +27,18 @@ pub struct HandleConfig {
     pub warmup: bool,
 }
 
-/// Vectors for one request, in input order, with what they cost.
+/// One input to a model: a text, or a (query, document) pair for a cross-encoder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Text(String),
+    Pair(String, String),
+}
+
+/// Outputs for one request, in input order, with what they cost.
 #[derive(Debug, Clone)]
-pub struct EmbedResult {
-    pub embeddings: Vec<Vec<f32>>,
+pub struct RunResult {
+    /// One vector per input: an embedding, or a classifier's logits.
+    pub vectors: Vec<Vec<f32>>,
     /// Tokens fed to the model, special tokens included, after truncation.
     pub prompt_tokens: usize,
     pub tokenization_time: Duration,
@@ -124,10 +132,11 @@ impl ModelHandle {
         }
     }
 
-    /// Embeds `texts`. Dropping the returned future abandons its queued items before they cost compute.
-    pub async fn embed(&self, texts: Vec<String>) -> Result<EmbedResult, EngineError> {
+    /// Runs `inputs` through the model. Dropping the returned future abandons its queued items before
+    /// they cost compute.
+    pub async fn run(&self, inputs: Vec<Input>) -> Result<RunResult, EngineError> {
         let started = Instant::now();
-        let encoded = self.tokenize(texts).await?;
+        let encoded = self.tokenize(inputs).await?;
         let tokenization_time = started.elapsed();
         metrics::histogram!("aleph_tokenization_duration_seconds", "model" => self.name.clone())
             .record(tokenization_time.as_secs_f64());
@@ -137,8 +146,8 @@ impl ModelHandle {
         self.queue
             .push_all(&self.name, encoded.into_iter().zip(replies).collect())?;
 
-        let mut result = EmbedResult {
-            embeddings: Vec::with_capacity(receivers.len()),
+        let mut result = RunResult {
+            vectors: Vec::with_capacity(receivers.len()),
             prompt_tokens,
             tokenization_time,
             queue_time: Duration::ZERO,
@@ -148,7 +157,7 @@ impl ModelHandle {
             let out = rx.await.map_err(|_| EngineError::ShuttingDown(self.name.clone()))??;
             result.queue_time = result.queue_time.max(out.queue_time);
             result.inference_time = result.inference_time.max(out.inference_time);
-            result.embeddings.push(out.vector);
+            result.vectors.push(out.vector);
         }
         metrics::histogram!("aleph_queue_duration_seconds", "model" => self.name.clone())
             .record(result.queue_time.as_secs_f64());
@@ -156,20 +165,24 @@ impl ModelHandle {
     }
 
     /// Tokenizes on the pool, split into one chunk per pool thread.
-    async fn tokenize(&self, texts: Vec<String>) -> Result<Vec<Encoded>, EngineError> {
-        let chunk = texts.len().div_ceil(self.pool.workers()).max(16);
+    async fn tokenize(&self, inputs: Vec<Input>) -> Result<Vec<Encoded>, EngineError> {
+        let chunk = inputs.len().div_ceil(self.pool.workers()).max(16);
         let mut jobs = Vec::new();
-        let mut texts = texts.into_iter();
+        let mut inputs = inputs.into_iter();
         loop {
-            let part: Vec<String> = texts.by_ref().take(chunk).collect();
+            let part: Vec<Input> = inputs.by_ref().take(chunk).collect();
             if part.is_empty() {
                 break;
             }
             let tok = self.tokenizer.clone();
-            jobs.push(
-                self.pool
-                    .run(move || part.iter().map(|t| tok.encode(t)).collect::<Result<Vec<_>, _>>()),
-            );
+            jobs.push(self.pool.run(move || {
+                part.iter()
+                    .map(|input| match input {
+                        Input::Text(t) => tok.encode(t),
+                        Input::Pair(a, b) => tok.encode_pair(a, b),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            }));
         }
         let mut out = Vec::new();
         for job in jobs {

@@ -13,6 +13,6 @@ mod tokenize;
 mod worker;
 
 pub use error::EngineError;
-pub use handle::{EmbedResult, HandleConfig, ModelHandle, ModelStats};
+pub use handle::{HandleConfig, Input, ModelHandle, ModelStats, RunResult};
 pub use registry::ModelRegistry;
 pub use tokenize::TokenizerPool;

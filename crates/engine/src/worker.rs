@@ -92,10 +92,10 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
     metrics::histogram!("aleph_inference_duration_seconds", &labels).record(inference_time.as_secs_f64());
 
     let outcome = match result {
-        Ok(Ok(out)) if out.embeddings.len() == items.len() => Ok(out.embeddings),
+        Ok(Ok(out)) if out.vectors.len() == items.len() => Ok(out.vectors),
         Ok(Ok(out)) => Err(format!(
             "model returned {} outputs for {} inputs",
-            out.embeddings.len(),
+            out.vectors.len(),
             items.len()
         )),
         Ok(Err(e)) => Err(e.to_string()),

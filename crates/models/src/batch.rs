@@ -55,10 +55,10 @@ impl Batch {
     }
 }
 
-/// What a forward pass returns: one pooled vector per sequence, in batch order.
+/// What a forward pass returns: one vector per sequence, in batch order (an embedding, or logits).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Output {
-    pub embeddings: Vec<Vec<f32>>,
+    pub vectors: Vec<Vec<f32>>,
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! `config.json`: which architecture a folder holds and what task it serves.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -14,10 +15,111 @@ pub struct ArchConfig {
     pub model_type: String,
     #[serde(default)]
     pub architectures: Vec<String>,
+    #[serde(default)]
+    pub id2label: BTreeMap<String, String>,
+    pub num_labels: Option<usize>,
+    pub problem_type: Option<String>,
+}
+
+/// What a served model does, decided from its config as Infinity decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Task {
+    Embed,
+    /// A cross-encoder with one output: scores (query, document) pairs.
+    Rerank,
+    /// A sequence classifier; `labels` in logit order.
+    Classify {
+        labels: Vec<String>,
+        multi_label: bool,
+    },
+}
+
+impl Task {
+    /// The capability names Infinity reports in `/models`.
+    pub fn capabilities(&self) -> &'static [&'static str] {
+        match self {
+            Task::Embed => &["embed"],
+            Task::Rerank => &["rerank"],
+            Task::Classify { .. } => &["classify"],
+        }
+    }
 }
 
 impl ArchConfig {
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
         read_json(&dir.join("config.json"))
+    }
+
+    /// `*ForSequenceClassification` with one label reranks, with more it classifies; anything else embeds.
+    pub fn task(&self) -> Task {
+        if !self
+            .architectures
+            .iter()
+            .any(|a| a.ends_with("ForSequenceClassification"))
+        {
+            return Task::Embed;
+        }
+        let labels = self.labels();
+        if labels.len() < 2 {
+            return Task::Rerank;
+        }
+        Task::Classify {
+            labels,
+            multi_label: self.problem_type.as_deref() == Some("multi_label_classification"),
+        }
+    }
+
+    /// Label names by id; `LABEL_i` where the config names none.
+    pub fn labels(&self) -> Vec<String> {
+        let n = if self.id2label.is_empty() {
+            self.num_labels.unwrap_or(2)
+        } else {
+            self.id2label.len()
+        };
+        (0..n)
+            .map(|i| {
+                self.id2label
+                    .get(&i.to_string())
+                    .cloned()
+                    .unwrap_or_else(|| format!("LABEL_{i}"))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(json: &str) -> ArchConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn task_follows_architecture_and_labels() {
+        assert_eq!(cfg(r#"{"architectures":["BertModel"]}"#).task(), Task::Embed);
+        assert_eq!(
+            cfg(r#"{"architectures":["BertForSequenceClassification"],"id2label":{"0":"LABEL_0"}}"#).task(),
+            Task::Rerank
+        );
+        let t = cfg(r#"{"architectures":["XLMRobertaForSequenceClassification"],
+                        "id2label":{"1":"pos","0":"neg"},"problem_type":"multi_label_classification"}"#)
+        .task();
+        assert_eq!(
+            t,
+            Task::Classify {
+                labels: vec!["neg".into(), "pos".into()],
+                multi_label: true
+            }
+        );
+        // No id2label: transformers' default of two labels.
+        let t = cfg(r#"{"architectures":["BertForSequenceClassification"]}"#).task();
+        assert_eq!(
+            t,
+            Task::Classify {
+                labels: vec!["LABEL_0".into(), "LABEL_1".into()],
+                multi_label: false
+            }
+        );
     }
 }

@@ -71,7 +71,7 @@ impl Model for DebugModel {
             std::thread::sleep(SLOW_BATCH);
         }
         Ok(Output {
-            embeddings: seqs.into_iter().map(debug_vector).collect(),
+            vectors: seqs.into_iter().map(debug_vector).collect(),
         })
     }
 }
@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn vectors_depend_on_input_only() {
-        let out = DebugModel.forward(&batch_of(&["a", "b", "a"])).unwrap().embeddings;
+        let out = DebugModel.forward(&batch_of(&["a", "b", "a"])).unwrap().vectors;
         assert_eq!(out[0], out[2]);
         assert_ne!(out[0], out[1]);
         assert_eq!(out[0].len(), DEBUG_DIM);

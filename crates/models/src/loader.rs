@@ -5,32 +5,20 @@ use std::str::FromStr;
 
 use candle_nn::VarBuilder;
 
-use crate::architectures::bert::{self, Bert, BertConfig};
+use crate::architectures::bert::{self, Bert, BertConfig, Flavor};
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
+pub use crate::config::Task;
+use crate::encoder::Encoder;
 use crate::error::{read_json, ModelError};
-use crate::pooling::{l2_normalize, pool_sequence, Pooling, PoolingChoice};
+use crate::heads::{Head, HostLinear};
+use crate::pooling::{Pooling, PoolingChoice};
 use crate::st_config::SentenceTransformerConfig;
 use crate::tokenizer::TextTokenizer;
 
 /// Runs one batch. Implementations own their weights; the engine calls them from one thread.
 pub trait Model: Send + Sync {
     fn forward(&self, batch: &Batch) -> Result<Output, ModelError>;
-}
-
-/// What a served model can do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Task {
-    Embed,
-}
-
-impl Task {
-    /// The capability names Infinity reports in `/models`.
-    pub fn capabilities(self) -> &'static [&'static str] {
-        match self {
-            Task::Embed => &["embed"],
-        }
-    }
 }
 
 /// Facts about a loaded model that the engine and the HTTP layer need.
@@ -40,7 +28,7 @@ pub struct ModelInfo {
     /// The compute backend, as `/models` reports it.
     pub backend: &'static str,
     pub architecture: String,
-    /// Length of each output vector.
+    /// Length of each output vector: the embedding size, or the number of logits.
     pub dim: usize,
     /// Longest input in tokens, special tokens included.
     pub window: usize,
@@ -107,22 +95,26 @@ pub struct LoadOptions {
 /// Loads the model in `dir`, choosing the architecture from `config.json`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let arch = ArchConfig::read(dir)?;
-    match arch.model_type.as_str() {
-        "bert" => load_bert_embedder(dir, &arch, opts),
-        other => Err(ModelError::Unsupported(format!(
-            "model_type `{other}` (architectures {:?}); supported: bert",
-            arch.architectures
+    match Flavor::from_model_type(&arch.model_type) {
+        Some(flavor) => load_bert_family(dir, &arch, flavor, opts),
+        None => Err(ModelError::Unsupported(format!(
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta",
+            arch.model_type, arch.architectures
         ))),
     }
 }
 
-fn load_bert_embedder(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+fn load_bert_family(
+    dir: &Path,
+    arch: &ArchConfig,
+    flavor: Flavor,
+    opts: &LoadOptions,
+) -> Result<LoadedModel, ModelError> {
     let cfg: BertConfig = read_json(&dir.join("config.json"))?;
     let st = SentenceTransformerConfig::read(dir)?;
-    let window = st
-        .max_seq_length
-        .unwrap_or(cfg.max_position_embeddings)
-        .min(cfg.max_position_embeddings);
+    let model_max = flavor.max_len(&cfg);
+    let window = st.max_seq_length.unwrap_or(model_max).min(model_max);
+    let task = arch.task();
     let pooling = match opts.pooling {
         PoolingChoice::Fixed(p) => p,
         // A plain transformers folder has no pooling module: sentence-transformers then uses mean.
@@ -130,25 +122,51 @@ fn load_bert_embedder(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Resu
     };
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
     let vb = var_builder(dir)?;
-    let encoder = Bert::load(bert::root(vb), &cfg)?;
+    let encoder = Bert::load(bert::root(vb.clone()), &cfg, flavor)?;
+    let h = cfg.hidden_size;
+    let (head, dim) = match &task {
+        Task::Embed => (
+            Head::Pool {
+                pooling,
+                normalize: st.normalize,
+            },
+            h,
+        ),
+        Task::Rerank | Task::Classify { .. } => {
+            let labels = if let Task::Classify { labels, .. } = &task {
+                labels.len()
+            } else {
+                1
+            };
+            let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
+            let (dense, out) = match flavor {
+                Flavor::Bert => (bert::root(vb.clone()).pp("pooler").pp("dense"), vb.pp("classifier")),
+                Flavor::Roberta => (vb.pp("classifier").pp("dense"), vb.pp("classifier").pp("out_proj")),
+            };
+            let head = Head::Classifier {
+                dense: HostLinear::load(dense, h, h).map_err(weights)?,
+                out: HostLinear::load(out, h, labels).map_err(weights)?,
+            };
+            (head, labels)
+        }
+    };
     let info = ModelInfo {
-        task: Task::Embed,
+        task,
         backend: "candle",
         architecture: arch
             .architectures
             .first()
             .cloned()
-            .unwrap_or_else(|| "BertModel".into()),
-        dim: cfg.hidden_size,
+            .unwrap_or_else(|| arch.model_type.clone()),
+        dim,
         window,
         pads: true,
         pooling,
         normalize: st.normalize,
     };
-    let model = BertEmbedder {
-        encoder,
-        pooling,
-        normalize: st.normalize,
+    let model = EncoderModel {
+        encoder: Box::new(encoder),
+        head,
     };
     Ok(LoadedModel {
         model: Box::new(model),
@@ -192,35 +210,20 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     Ok(shards.into_iter().map(|s| dir.join(s)).collect())
 }
 
-struct BertEmbedder {
-    encoder: Bert,
-    pooling: Pooling,
-    normalize: bool,
+/// An encoder with the head its task needs.
+struct EncoderModel {
+    encoder: Box<dyn Encoder>,
+    head: Head,
 }
 
-impl Model for BertEmbedder {
+impl Model for EncoderModel {
     fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
         if batch.is_empty() {
             return Ok(Output::default());
         }
-        let states = bert::to_host(&self.encoder.forward(batch)?)?;
-        let (l, h) = (batch.max_len, self.encoder.hidden_size());
-        let embeddings = (0..batch.len())
-            .map(|i| {
-                let mut v = Vec::with_capacity(h);
-                pool_sequence(
-                    self.pooling,
-                    &states[i * l * h..(i + 1) * l * h],
-                    batch.seq_len(i),
-                    h,
-                    &mut v,
-                );
-                if self.normalize {
-                    l2_normalize(&mut v);
-                }
-                v
-            })
-            .collect();
-        Ok(Output { embeddings })
+        let states = self.encoder.encode(batch)?;
+        Ok(Output {
+            vectors: self.head.apply(&states, batch),
+        })
     }
 }

@@ -79,6 +79,26 @@ impl TextTokenizer {
         self.window
     }
 
+    /// Tokenizes a (query, document) pair with the tokenizer's pair template; when the two pass the
+    /// window, the longer side is truncated first.
+    pub fn encode_pair(&self, first: &str, second: &str) -> Result<Encoded, ModelError> {
+        match &self.kind {
+            Kind::HuggingFace(tok) => {
+                let enc = tok
+                    .encode_fast((first, second), true)
+                    .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+                Ok(Encoded {
+                    ids: enc.get_ids().to_vec(),
+                    type_ids: enc.get_type_ids().to_vec(),
+                })
+            }
+            Kind::Bytes => {
+                let joined = format!("{first}\u{1f}{second}");
+                self.encode(&joined)
+            }
+        }
+    }
+
     /// Tokenizes one text with the model's special tokens, truncated to the window.
     pub fn encode(&self, text: &str) -> Result<Encoded, ModelError> {
         match &self.kind {
@@ -113,5 +133,21 @@ mod tests {
         assert_eq!(t.encode("ab").unwrap().ids, vec![1, 100, 101, 2]);
         assert_eq!(t.encode("abcdef").unwrap().len(), 5);
         assert_eq!(t.encode("").unwrap().ids, vec![1, 2]);
+    }
+}
+
+#[cfg(test)]
+mod pair_tests {
+    use super::*;
+
+    #[test]
+    fn pairs_get_segment_ids_from_the_template() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/tiny/bert-rerank/tokenizer.json");
+        let t = TextTokenizer::from_file(&path, 64).unwrap();
+        let e = t.encode_pair("what is the capital of france", "Berlin").unwrap();
+        assert_eq!(e.type_ids, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]);
+        let e = t.encode_pair("what is the capital of france", "").unwrap();
+        assert_eq!(e.type_ids.iter().sum::<u32>(), 1);
     }
 }

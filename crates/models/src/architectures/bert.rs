@@ -1,4 +1,5 @@
-//! BERT encoder (transformers' `BertModel`), on candle.
+//! The BERT-family encoder on candle: BERT, RoBERTa and XLM-RoBERTa share it; RoBERTa's flavour only
+//! numbers positions from `pad_token_id + 1` and has a single token type.
 //!
 //! Layer structs mirror the checkpoint's tensor names (`encoder.layer.N.attention.self.query`, ...), so
 //! a missing or mis-shaped weight is an error that names it. Query, key and value are fused into one
@@ -9,6 +10,7 @@ use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use crate::batch::Batch;
+use crate::encoder::{Encoder, TokenStates};
 use crate::error::ModelError;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -174,6 +176,37 @@ impl Layer {
     }
 }
 
+/// How a checkpoint of the family numbers positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Bert,
+    /// RoBERTa / XLM-R: positions start after the padding index.
+    Roberta,
+}
+
+impl Flavor {
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        match model_type {
+            "bert" => Some(Flavor::Bert),
+            "roberta" | "xlm-roberta" | "camembert" => Some(Flavor::Roberta),
+            _ => None,
+        }
+    }
+
+    /// The first position id of a sequence.
+    pub fn position_offset(self, cfg: &BertConfig) -> usize {
+        match self {
+            Flavor::Bert => 0,
+            Flavor::Roberta => cfg.pad_token_id as usize + 1,
+        }
+    }
+
+    /// The longest sequence the position table allows.
+    pub fn max_len(self, cfg: &BertConfig) -> usize {
+        cfg.max_position_embeddings.saturating_sub(self.position_offset(cfg))
+    }
+}
+
 /// The encoder: embeddings and `num_hidden_layers` transformer layers.
 pub struct Bert {
     embeddings: Embeddings,
@@ -181,13 +214,16 @@ pub struct Bert {
     act: Activation,
     heads: usize,
     hidden: usize,
+    position_offset: u32,
+    /// With one token type (RoBERTa, XLM-R) the tokenizer's segment ids are not model inputs.
+    use_type_ids: bool,
     device: Device,
 }
 
 impl Bert {
     /// Loads from a var builder rooted where `embeddings.*` and `encoder.*` live (the `bert.` prefix, if
     /// any, already applied).
-    pub fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Self, ModelError> {
+    pub fn load(vb: VarBuilder, cfg: &BertConfig, flavor: Flavor) -> Result<Self, ModelError> {
         if cfg.position_embedding_type != "absolute" {
             return Err(ModelError::Unsupported(format!(
                 "position_embedding_type `{}` (only `absolute`)",
@@ -213,12 +249,10 @@ impl Bert {
             act,
             heads: cfg.num_attention_heads,
             hidden: cfg.hidden_size,
+            position_offset: flavor.position_offset(cfg) as u32,
+            use_type_ids: cfg.type_vocab_size > 1,
             device: vb.device().clone(),
         })
-    }
-
-    pub fn hidden_size(&self) -> usize {
-        self.hidden
     }
 
     /// Runs the batch padded to its longest sequence. Returns `[b, l, h]` states.
@@ -232,14 +266,16 @@ impl Bert {
             let (start, end) = (batch.cu_seqlens[i], batch.cu_seqlens[i + 1]);
             let n = end - start;
             ids[i * l..i * l + n].copy_from_slice(&batch.input_ids[start..end]);
-            type_ids[i * l..i * l + n].copy_from_slice(&batch.token_type_ids[start..end]);
+            if self.use_type_ids {
+                type_ids[i * l..i * l + n].copy_from_slice(&batch.token_type_ids[start..end]);
+            }
             bias[i * l..i * l + n].fill(0.0);
         }
         let dev = &self.device;
         let ids = Tensor::from_vec(ids, (b, l), dev)?;
         let type_ids = Tensor::from_vec(type_ids, (b, l), dev)?;
         let bias = Tensor::from_vec(bias, (b, 1, 1, l), dev)?;
-        let positions = Tensor::arange(0u32, l as u32, dev)?;
+        let positions = Tensor::arange(self.position_offset, self.position_offset + l as u32, dev)?;
 
         let x = self.embeddings.forward(&ids, &type_ids, &positions)?;
         let mut x = x.reshape((b * l, self.hidden))?;
@@ -274,17 +310,28 @@ impl Bert {
     }
 }
 
-/// Whether a checkpoint's names carry the `bert.` prefix (saved from a task model) or not (saved
-/// from `BertModel`).
-pub fn root(vb: VarBuilder) -> VarBuilder {
-    if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-        vb.pp("bert")
-    } else {
-        vb
+impl Encoder for Bert {
+    fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
+        let padded = self
+            .forward(batch)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        Ok(TokenStates::from_padded(&padded, batch, self.hidden))
     }
 }
 
-/// `[b, l, h]` states back to host memory, row-major.
-pub fn to_host(states: &Tensor) -> candle_core::Result<Vec<f32>> {
-    states.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+/// The var builder rooted at the encoder: task checkpoints nest it under `bert.` or `roberta.`, a
+/// bare `BertModel` / `XLMRobertaModel` does not.
+pub fn root(vb: VarBuilder) -> VarBuilder {
+    for prefix in ["bert", "roberta"] {
+        if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+            return vb.pp(prefix);
+        }
+    }
+    vb
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use aleph_engine::ModelHandle;
+use aleph_engine::{Input, ModelHandle};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -12,11 +12,11 @@ use base64::Engine as _;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::schemas::{
-    response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat,
-    Modality, Usage,
+    response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat, Usage,
 };
-use super::state::{AppState, Limits};
+use super::state::AppState;
 use super::timing::{observe, timing_headers};
+use super::validate::{require_capability, validate_texts};
 
 /// Create embeddings for text (or, on models that support it, images and audio).
 #[utoipa::path(
@@ -43,13 +43,13 @@ pub async fn embeddings(
 }
 
 async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> Result<Response, ApiError> {
-    check_modality(model, &req.model, req.modality)?;
-    let texts = validate_texts(req.input.into_vec(), &state.limits)?;
+    require_capability(model, &req.model, req.modality.capability(), "modality")?;
+    let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
     let dims = validate_dimensions(req.dimensions, model.info().dim)?;
 
-    let result = model.embed(texts).await?;
+    let result = model.run(texts.into_iter().map(Input::Text).collect()).await?;
     let data = result
-        .embeddings
+        .vectors
         .into_iter()
         .enumerate()
         .map(|(index, mut v)| {
@@ -75,55 +75,6 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     };
     let headers: HeaderMap = timing_headers(result.tokenization_time, result.queue_time, result.inference_time);
     Ok((headers, Json(body)).into_response())
-}
-
-/// 400 unless the model can embed this modality.
-fn check_modality(model: &ModelHandle, requested: &str, modality: Modality) -> Result<(), ApiError> {
-    let caps = model.info().task.capabilities();
-    if caps.contains(&modality.capability()) {
-        return Ok(());
-    }
-    Err(ApiError::bad_request(format!(
-        "model `{requested}` does not support `{}`; it supports: {}",
-        modality.capability(),
-        caps.join(", ")
-    ))
-    .with_param("modality"))
-}
-
-/// Strips each input (as Infinity does) and enforces the count and length limits (422).
-pub fn validate_texts(texts: Vec<String>, limits: &Limits) -> Result<Vec<String>, ApiError> {
-    if texts.is_empty() {
-        return Err(ApiError::unprocessable("`input` must hold at least 1 item").with_param("input"));
-    }
-    if texts.len() > limits.max_client_batch_size {
-        return Err(ApiError::unprocessable(format!(
-            "`input` holds {} items; at most {} are allowed per request",
-            texts.len(),
-            limits.max_client_batch_size
-        ))
-        .with_param("input"));
-    }
-    texts
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let stripped = t.trim();
-            let chars = stripped.chars().count();
-            if chars > limits.max_string_chars {
-                return Err(ApiError::unprocessable(format!(
-                    "input[{i}] has {chars} characters; at most {} are allowed",
-                    limits.max_string_chars
-                ))
-                .with_param(format!("input[{i}]")));
-            }
-            Ok(if stripped.len() == t.len() {
-                t
-            } else {
-                stripped.to_string()
-            })
-        })
-        .collect()
 }
 
 /// `dimensions`: absent or 0 keeps the whole vector, 1..=dim keeps a prefix, anything else is a 400.
@@ -156,25 +107,6 @@ mod tests {
         assert_eq!(validate_dimensions(Some(384), 384).unwrap(), 384);
         assert_eq!(validate_dimensions(Some(385), 384).unwrap_err().status.as_u16(), 400);
         assert_eq!(validate_dimensions(Some(-1), 384).unwrap_err().status.as_u16(), 400);
-    }
-
-    #[test]
-    fn texts_are_stripped_and_limited() {
-        let limits = Limits {
-            max_client_batch_size: 2,
-            max_string_chars: 5,
-        };
-        assert_eq!(validate_texts(vec![" ab ".into()], &limits).unwrap(), vec!["ab"]);
-        assert_eq!(validate_texts(vec![], &limits).unwrap_err().status.as_u16(), 422);
-        assert_eq!(
-            validate_texts(vec!["a".into(); 3], &limits)
-                .unwrap_err()
-                .status
-                .as_u16(),
-            422
-        );
-        let e = validate_texts(vec!["ok".into(), "toolong".into()], &limits).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("input[1]"));
     }
 
     #[test]

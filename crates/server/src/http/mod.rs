@@ -2,15 +2,18 @@
 //! awaits the engine.
 
 mod auth;
+mod classify;
 mod embeddings;
 pub mod error;
 mod extract;
 mod health;
 mod models;
 pub mod openapi;
+mod rerank;
 pub mod schemas;
 pub mod state;
 mod timing;
+mod validate;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,11 +40,13 @@ pub struct HttpConfig {
 }
 
 /// The inference and model routes, relative to the prefix.
-const API_ROUTES: &[&str] = &["/embeddings", "/models"];
+const API_ROUTES: &[&str] = &["/embeddings", "/rerank", "/classify", "/models"];
 
 pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
     let api = Router::new()
         .route("/embeddings", post(embeddings::embeddings))
+        .route("/rerank", post(rerank::rerank))
+        .route("/classify", post(classify::classify))
         .route("/models", get(models::models))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_key));
 

@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use super::{embeddings, error, health, models, schemas};
+use super::{classify, embeddings, error, health, models, rerank, schemas};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -11,7 +11,13 @@ use super::{embeddings, error, health, models, schemas};
         description = "Embeddings, reranking and classification over an Infinity- and OpenAI-compatible API. \
                        Every inference route is also served under `/v1`."
     ),
-    paths(embeddings::embeddings, models::models, health::health),
+    paths(
+        embeddings::embeddings,
+        rerank::rerank,
+        classify::classify,
+        models::models,
+        health::health
+    ),
     components(schemas(
         schemas::EmbeddingRequest,
         schemas::EmbeddingResponse,
@@ -21,6 +27,12 @@ use super::{embeddings, error, health, models, schemas};
         schemas::EncodingFormat,
         schemas::Modality,
         schemas::Usage,
+        schemas::RerankRequest,
+        schemas::RerankResponse,
+        schemas::RerankResult,
+        schemas::ClassifyRequest,
+        schemas::ClassifyResponse,
+        schemas::ClassifyLabel,
         schemas::ModelList,
         schemas::ModelInfoBody,
         schemas::ModelStatsBody,

@@ -160,6 +160,84 @@ pub struct EmbeddingResponse {
     pub created: u64,
 }
 
+/// Serializes an f32 through f64, so the digits match Infinity's (Python floats printed by orjson).
+fn f32_as_f64<S: Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(*v as f64)
+}
+
+/// `POST /rerank`: Cohere-style reranking, as Infinity takes it.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct RerankRequest {
+    pub query: String,
+    /// 1–2048 documents (the limit is `--max-client-batch-size`).
+    pub documents: Vec<String>,
+    /// Echo each document in its result.
+    #[serde(default)]
+    pub return_documents: bool,
+    /// Return the model's logits instead of `sigmoid(logit)`.
+    #[serde(default)]
+    pub raw_scores: bool,
+    #[serde(default = "default_model")]
+    #[schema(default = "default/not-specified")]
+    pub model: String,
+    /// Return only the best N (must be > 0); more than the documents returns all.
+    #[serde(default)]
+    pub top_n: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RerankResult {
+    #[serde(serialize_with = "f32_as_f64")]
+    pub relevance_score: f32,
+    pub index: usize,
+    /// The document when `return_documents` is set, else null.
+    pub document: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RerankResponse {
+    #[schema(example = "rerank")]
+    pub object: &'static str,
+    /// Sorted by score, best first.
+    pub results: Vec<RerankResult>,
+    pub model: String,
+    pub usage: Usage,
+    pub id: String,
+    pub created: u64,
+}
+
+/// `POST /classify`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ClassifyRequest {
+    /// One text or 1–2048 texts.
+    pub input: StringOrList,
+    #[serde(default = "default_model")]
+    #[schema(default = "default/not-specified")]
+    pub model: String,
+    /// Return the logits instead of probabilities (softmax, or sigmoid for multi-label models).
+    #[serde(default)]
+    pub raw_scores: bool,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ClassifyLabel {
+    #[serde(serialize_with = "f32_as_f64")]
+    pub score: f32,
+    pub label: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClassifyResponse {
+    #[schema(example = "classify")]
+    pub object: &'static str,
+    /// Per input, every label with its score, best first.
+    pub data: Vec<Vec<ClassifyLabel>>,
+    pub model: String,
+    pub usage: Usage,
+    pub id: String,
+    pub created: u64,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ModelStatsBody {
     pub queue_fraction: f64,

@@ -1,0 +1,87 @@
+//! Checks shared by the inference routes, run before any work is queued.
+
+use aleph_engine::ModelHandle;
+
+use super::error::ApiError;
+use super::state::Limits;
+
+/// 400 unless the model has `capability`, naming what it can do instead.
+pub fn require_capability(model: &ModelHandle, requested: &str, capability: &str, param: &str) -> Result<(), ApiError> {
+    let caps = model.info().task.capabilities();
+    if caps.contains(&capability) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "model `{requested}` does not support `{capability}`; it supports: {}",
+        caps.join(", ")
+    ))
+    .with_param(param))
+}
+
+/// Strips each text (as Infinity does) and enforces the count and length limits (422).
+pub fn validate_texts(field: &str, texts: Vec<String>, limits: &Limits) -> Result<Vec<String>, ApiError> {
+    if texts.is_empty() {
+        return Err(ApiError::unprocessable(format!("`{field}` must hold at least 1 item")).with_param(field));
+    }
+    if texts.len() > limits.max_client_batch_size {
+        return Err(ApiError::unprocessable(format!(
+            "`{field}` holds {} items; at most {} are allowed per request",
+            texts.len(),
+            limits.max_client_batch_size
+        ))
+        .with_param(field));
+    }
+    texts
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| validate_text(&format!("{field}[{i}]"), t, limits))
+        .collect()
+}
+
+/// Strips one text and enforces the length limit.
+pub fn validate_text(field: &str, text: String, limits: &Limits) -> Result<String, ApiError> {
+    let stripped = text.trim();
+    let chars = stripped.chars().count();
+    if chars > limits.max_string_chars {
+        return Err(ApiError::unprocessable(format!(
+            "`{field}` has {chars} characters; at most {} are allowed",
+            limits.max_string_chars
+        ))
+        .with_param(field));
+    }
+    Ok(if stripped.len() == text.len() {
+        text
+    } else {
+        stripped.to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_are_stripped_and_limited() {
+        let limits = Limits {
+            max_client_batch_size: 2,
+            max_string_chars: 5,
+        };
+        assert_eq!(
+            validate_texts("input", vec![" ab ".into()], &limits).unwrap(),
+            vec!["ab"]
+        );
+        assert_eq!(
+            validate_texts("input", vec![], &limits).unwrap_err().status.as_u16(),
+            422
+        );
+        assert_eq!(
+            validate_texts("input", vec!["a".into(); 3], &limits)
+                .unwrap_err()
+                .status
+                .as_u16(),
+            422
+        );
+        let e = validate_texts("documents", vec!["ok".into(), "toolong".into()], &limits).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("documents[1]"));
+    }
+}
