@@ -7,6 +7,7 @@
 pub mod architectures;
 pub mod batch;
 pub mod config;
+pub mod cpu;
 pub mod debug;
 pub mod encoder;
 pub mod error;
@@ -19,6 +20,6 @@ pub mod tokenizer;
 
 pub use batch::{Batch, Output};
 pub use error::ModelError;
-pub use loader::{load, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+pub use loader::{load, Backend, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task};
 pub use pooling::{Pooling, PoolingChoice};
 pub use tokenizer::{Encoded, TextTokenizer};

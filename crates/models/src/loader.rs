@@ -9,6 +9,7 @@ use crate::architectures::bert::{self, Bert, BertConfig, Flavor};
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
+use crate::cpu::bert::FastBert;
 use crate::encoder::Encoder;
 use crate::error::{read_json, ModelError};
 use crate::heads::{Head, HostLinear};
@@ -85,11 +86,22 @@ impl FromStr for DType {
     }
 }
 
+/// Which implementation computes the encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// The fastest for the device: Aleph's own CPU kernels on CPU.
+    #[default]
+    Auto,
+    /// candle's tensor ops: the reference path, and the one for other devices.
+    Candle,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     pub pooling: PoolingChoice,
     pub dtype: DType,
     pub device: Device,
+    pub backend: Backend,
 }
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.
@@ -122,7 +134,13 @@ fn load_bert_family(
     };
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
     let vb = var_builder(dir)?;
-    let encoder = Bert::load(bert::root(vb.clone()), &cfg, flavor)?;
+    let (encoder, backend): (Box<dyn Encoder>, &'static str) = match opts.backend {
+        Backend::Auto => (
+            Box::new(FastBert::load(bert::root(vb.clone()), &cfg, flavor)?),
+            "aleph-cpu",
+        ),
+        Backend::Candle => (Box::new(Bert::load(bert::root(vb.clone()), &cfg, flavor)?), "candle"),
+    };
     let h = cfg.hidden_size;
     let (head, dim) = match &task {
         Task::Embed => (
@@ -152,7 +170,7 @@ fn load_bert_family(
     };
     let info = ModelInfo {
         task,
-        backend: "candle",
+        backend,
         architecture: arch
             .architectures
             .first()
@@ -160,14 +178,12 @@ fn load_bert_family(
             .unwrap_or_else(|| arch.model_type.clone()),
         dim,
         window,
-        pads: true,
+        // Aleph's CPU path packs sequences end to end; candle's pads them to the longest.
+        pads: backend == "candle",
         pooling,
         normalize: st.normalize,
     };
-    let model = EncoderModel {
-        encoder: Box::new(encoder),
-        head,
-    };
+    let model = EncoderModel { encoder, head };
     Ok(LoadedModel {
         model: Box::new(model),
         tokenizer,

@@ -239,7 +239,7 @@ impl ServeArgs {
         let pooling = per_model("--pooling-method", &self.pooling_method, n)?;
         let engines = engines
             .into_iter()
-            .map(|e| e.as_deref().unwrap_or("candle").parse::<Engine>())
+            .map(|e| e.as_deref().unwrap_or("auto").parse::<Engine>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("--engine: {e}"))?;
         let specs: Vec<ModelSpec> = ids
@@ -273,6 +273,7 @@ impl ServeArgs {
 /// Which backend computes a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
+    Auto,
     Candle,
     Debug,
 }
@@ -282,9 +283,12 @@ impl std::str::FromStr for Engine {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
-            "candle" | "torch" | "optimum" | "auto" => Ok(Engine::Candle),
+            "auto" | "torch" | "optimum" => Ok(Engine::Auto),
+            "candle" => Ok(Engine::Candle),
             "debugengine" | "debug" => Ok(Engine::Debug),
-            other => Err(format!("unknown engine `{other}` (expected candle or debugengine)")),
+            other => Err(format!(
+                "unknown engine `{other}` (expected auto, candle or debugengine)"
+            )),
         }
     }
 }

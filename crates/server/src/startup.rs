@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
-use aleph_models::{hub, LoadOptions};
+use aleph_models::{hub, Backend, LoadOptions};
 use anyhow::{anyhow, Context};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -90,10 +90,15 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
             .map_err(|e: String| anyhow!("--pooling-method: {e}"))?,
         dtype: spec.dtype.parse().map_err(|e: String| anyhow!("--dtype: {e}"))?,
         device: spec.device.parse().map_err(|e: String| anyhow!("--device: {e}"))?,
+        backend: if spec.engine == Engine::Candle {
+            Backend::Candle
+        } else {
+            Backend::Auto
+        },
     };
     let (loaded, source) = match spec.engine {
         Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string()),
-        Engine::Candle => {
+        Engine::Auto | Engine::Candle => {
             let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress).with_context(ctx)?;
             (

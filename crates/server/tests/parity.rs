@@ -23,9 +23,26 @@ fn fixtures() -> (Vec<String>, Vec<Vec<f32>>, Vec<u64>) {
 
 #[test]
 fn minilm_matches_sentence_transformers() {
+    let server = Server::start(&["--model-id", &minilm(), "--no-model-warmup"]);
+    check_parity(&server);
+}
+
+/// The candle reference backend, and Aleph's CPU kernels with each narrower instruction set (the
+/// machine running the tests may have AVX-512; others may have only AVX2, or neither).
+#[test]
+fn every_backend_and_instruction_set_matches() {
+    let m = minilm();
+    let candle = Server::start(&["--model-id", &m, "--no-model-warmup", "--engine", "candle"]);
+    check_parity(&candle);
+    for isa in ["avx2", "scalar"] {
+        let s = Server::start_with_env(&["--model-id", &m, "--no-model-warmup"], &[("ALEPH_CPU_ISA", isa)]);
+        check_parity(&s);
+    }
+}
+
+fn check_parity(server: &Server) {
     let (sentences, reference, counts) = fixtures();
     assert!(sentences.len() >= 50);
-    let server = Server::start(&["--model-id", &minilm(), "--no-model-warmup"]);
 
     // All at once: one request, batched by the engine.
     let reply = server.post_json("/embeddings", &json!({"input": sentences}));

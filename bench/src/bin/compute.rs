@@ -1,0 +1,207 @@
+//! Compute microbenchmark: the machine's f32 GEMM rate at the model's shapes, and the encoder's
+//! forward rate (tokens/s, achieved GFLOP/s) for each backend, batch size and length, in one run.
+//!
+//!   compute --model models/all-MiniLM-L6-v2 [--corpus ../shared/data/stsbenchmark.tsv.gz]
+//!
+//! With `--corpus`, also the sentences/s on real sentences in batches of 32 (what the ONNX Runtime
+//! comparison, bench/onnx_compare.py, runs on the same batches).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use aleph_models::cpu::gemm::{gemm, Epilogue, MatRef, PackedB};
+use aleph_models::cpu::Isa;
+use aleph_models::{Backend, Batch, LoadOptions, LoadedModel};
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    /// Model folder (BERT family).
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
+    model: PathBuf,
+    /// STS Benchmark .tsv.gz, for the real-sentence run.
+    #[arg(long)]
+    corpus: Option<String>,
+    /// Sentences in the real-sentence run.
+    #[arg(long, default_value_t = 1024)]
+    sentences: usize,
+    /// Seconds to spend per measurement (at least 3 repetitions each).
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Skip the candle backend.
+    #[arg(long)]
+    no_candle: bool,
+}
+
+/// Median seconds of `f` over at least 3 runs and about `budget` seconds.
+fn time(budget: f64, mut f: impl FnMut()) -> f64 {
+    f(); // warm
+    let mut runs = Vec::new();
+    let start = Instant::now();
+    while runs.len() < 3 || start.elapsed().as_secs_f64() < budget {
+        let t = Instant::now();
+        f();
+        runs.push(t.elapsed().as_secs_f64());
+        if runs.len() >= 200 {
+            break;
+        }
+    }
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+#[derive(serde::Deserialize)]
+struct Cfg {
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let cfg: Cfg = serde_json::from_str(&std::fs::read_to_string(args.model.join("config.json"))?)?;
+    let (h, i, layers) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers);
+    let threads = aleph_models::cpu::pool().current_num_threads();
+    println!("# CPU: {} kernels, {threads} compute threads", Isa::get().name());
+
+    println!("\n## f32 GEMM, C[m×n] = A[m×k]·B[k×n] (B packed, as the model's weights)");
+    println!("| m | k | n | what | GFLOP/s |\n|---|---|---|---|---|");
+    let mut peak: f64 = 0.0;
+    for &(m, k, n, what) in &[
+        (2048, h, 3 * h, "QKV"),
+        (2048, h, h, "attention out"),
+        (2048, h, i, "FFN in"),
+        (2048, i, h, "FFN out"),
+        (256, h, 3 * h, "QKV, 256 tokens"),
+    ] {
+        let a: Vec<f32> = (0..m * k).map(|x| (x % 7) as f32 * 0.1).collect();
+        let w: Vec<f32> = (0..k * n).map(|x| (x % 5) as f32 * 0.1).collect();
+        let packed = PackedB::pack(k, n, &w, 1, k);
+        let mut c = vec![0f32; m * n];
+        let secs = time(args.seconds, || {
+            gemm(
+                MatRef {
+                    data: &a,
+                    rows: m,
+                    cols: k,
+                    ld: k,
+                },
+                &packed,
+                &mut c,
+                n,
+                Epilogue::None,
+                true,
+            )
+        });
+        let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
+        peak = peak.max(gflops);
+        println!("| {m} | {k} | {n} | {what} | {gflops:.1} |");
+    }
+    println!("\nbest GEMM rate at the model's shapes: {peak:.1} GFLOP/s");
+
+    let tokenizer_text = "the quick brown fox jumps over the lazy dog ".repeat(64);
+    let mut backends = vec![(Backend::Auto, "aleph-cpu")];
+    if !args.no_candle {
+        backends.push((Backend::Candle, "candle"));
+    }
+    let models: Vec<(&str, LoadedModel)> = backends
+        .iter()
+        .map(|(b, name)| {
+            let opts = LoadOptions {
+                backend: *b,
+                ..Default::default()
+            };
+            Ok((*name, aleph_models::load(&args.model, &opts)?))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let full = models[0].1.tokenizer.encode(&tokenizer_text)?;
+
+    println!("\n## Forward pass (encoder + pooling), synthetic inputs of equal length");
+    println!("FLOPs per token = layers × (2·(4h² + 2hi) + 4·len·h), h={h}, i={i}, layers={layers}");
+    println!("| backend | batch | tokens | ms | tokens/s | GFLOP/s | % of best GEMM |\n|---|---|---|---|---|---|---|");
+    for &(bs, len) in &[
+        (1, 16),
+        (1, 64),
+        (1, 256),
+        (8, 16),
+        (8, 64),
+        (8, 256),
+        (32, 16),
+        (32, 64),
+        (32, 256),
+    ] {
+        let mut batch = Batch::new();
+        let ids = &full.ids[..len];
+        let types = vec![0u32; len];
+        for _ in 0..bs {
+            batch.push(ids, &types);
+        }
+        let flops_per_token = layers as f64 * (2.0 * (4 * h * h + 2 * h * i) as f64 + 4.0 * (len * h) as f64);
+        for (name, m) in &models {
+            let secs = time(args.seconds, || {
+                m.model.forward(&batch).expect("forward");
+            });
+            let tokens = (bs * len) as f64;
+            let gflops = tokens * flops_per_token / secs / 1e9;
+            println!(
+                "| {name} | {bs} | {len} | {:.2} | {:.0} | {gflops:.1} | {:.0}% |",
+                secs * 1e3,
+                tokens / secs,
+                100.0 * gflops / peak
+            );
+        }
+    }
+
+    if let Some(corpus) = &args.corpus {
+        let sentences = sts_sentences(corpus, args.sentences)?;
+        println!(
+            "\n## Real sentences: {} STS Benchmark sentences in batches of 32",
+            sentences.len()
+        );
+        println!("| backend | sentences/s | tokens/s |\n|---|---|---|");
+        for (name, m) in &models {
+            let batches: Vec<Batch> = sentences
+                .chunks(32)
+                .map(|chunk| {
+                    let mut b = Batch::new();
+                    for s in chunk {
+                        let e = m.tokenizer.encode(s).expect("tokenize");
+                        b.push(&e.ids, &e.type_ids);
+                    }
+                    b
+                })
+                .collect();
+            let tokens: usize = batches.iter().map(Batch::total_tokens).sum();
+            let secs = time(args.seconds * 3.0, || {
+                for b in &batches {
+                    m.model.forward(b).expect("forward");
+                }
+            });
+            println!(
+                "| {name} | {:.1} | {:.0} |",
+                sentences.len() as f64 / secs,
+                tokens as f64 / secs
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The first `n` sentences of the STS Benchmark (sentence1, sentence2 of each row, in file order).
+fn sts_sentences(path: &str, n: usize) -> anyhow::Result<Vec<String>> {
+    let reader = BufReader::new(flate2::read::GzDecoder::new(std::fs::File::open(path)?));
+    let mut out = Vec::new();
+    for line in reader.lines() {
+        let line = line?;
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() >= 7 && cols[5].parse::<f64>().is_ok() {
+            out.extend(cols[6..].iter().take(2).map(|s| s.trim().to_string()));
+        }
+        if out.len() >= n {
+            break;
+        }
+    }
+    out.truncate(n);
+    Ok(out)
+}

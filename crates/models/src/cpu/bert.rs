@@ -1,0 +1,357 @@
+//! The BERT-family encoder on Aleph's CPU kernels, padding-free: the batch's sequences are packed end
+//! to end, every GEMM runs over real tokens only, and attention runs per (sequence, head).
+//!
+//! Weight names are the checkpoint's, as in `architectures/bert.rs` (the candle reference path).
+
+use std::cell::RefCell;
+
+use candle_nn::VarBuilder;
+use rayon::prelude::*;
+
+use super::gemm::{gemm, Epilogue, MatRef, PackedB};
+use super::{ops, Isa};
+use crate::architectures::bert::{BertConfig, Flavor};
+use crate::batch::Batch;
+use crate::encoder::{Encoder, TokenStates};
+use crate::error::ModelError;
+
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    GeluErf,
+    GeluTanh,
+}
+
+/// Gains and biases of a layer norm.
+struct Norm {
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+impl Norm {
+    fn load(vb: VarBuilder, h: usize) -> candle_core::Result<Self> {
+        Ok(Norm {
+            gamma: host(vb.get(h, "weight")?)?,
+            beta: host(vb.get(h, "bias")?)?,
+        })
+    }
+}
+
+/// A dense layer with its weight packed for the GEMM.
+struct Dense {
+    w: PackedB,
+    b: Vec<f32>,
+}
+
+impl Dense {
+    fn load(vb: VarBuilder, inp: usize, out: usize) -> candle_core::Result<Self> {
+        let w = host(vb.get((out, inp), "weight")?)?;
+        Ok(Dense {
+            w: PackedB::pack(inp, out, &w, 1, inp),
+            b: host(vb.get(out, "bias")?)?,
+        })
+    }
+}
+
+struct Layer {
+    qkv: Dense,
+    attn_out: Dense,
+    attn_norm: Norm,
+    ffn_in: Dense,
+    ffn_out: Dense,
+    out_norm: Norm,
+}
+
+pub struct FastBert {
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type: Option<Vec<f32>>,
+    emb_norm: Norm,
+    layers: Vec<Layer>,
+    act: Act,
+    hidden: usize,
+    heads: usize,
+    inter: usize,
+    eps: f32,
+    position_offset: usize,
+    max_positions: usize,
+    vocab: usize,
+    isa: Isa,
+}
+
+fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
+    t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}
+
+impl FastBert {
+    /// Loads from a var builder rooted at the encoder (the `bert.` / `roberta.` prefix applied).
+    pub fn load(vb: VarBuilder, cfg: &BertConfig, flavor: Flavor) -> Result<Self, ModelError> {
+        let act = match cfg.hidden_act.as_str() {
+            "gelu" => Act::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Act::GeluTanh,
+            other => {
+                return Err(ModelError::Unsupported(format!(
+                    "hidden_act `{other}` on the fast CPU path"
+                )))
+            }
+        };
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
+            return Err(ModelError::Unsupported(format!(
+                "hidden_size {h} is not a multiple of num_attention_heads {}",
+                cfg.num_attention_heads
+            )));
+        }
+        let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
+        let emb = vb.pp("embeddings");
+        let word = host(
+            emb.pp("word_embeddings")
+                .get((cfg.vocab_size, h), "weight")
+                .map_err(weights)?,
+        )
+        .map_err(weights)?;
+        let position = host(
+            emb.pp("position_embeddings")
+                .get((cfg.max_position_embeddings, h), "weight")
+                .map_err(weights)?,
+        )
+        .map_err(weights)?;
+        let token_type = if cfg.type_vocab_size > 1 {
+            let t = emb
+                .pp("token_type_embeddings")
+                .get((cfg.type_vocab_size, h), "weight")
+                .map_err(weights)?;
+            Some(host(t).map_err(weights)?)
+        } else if cfg.type_vocab_size == 1 {
+            // One type: its row is a constant, folded into every token below.
+            let t = emb.pp("token_type_embeddings").get((1, h), "weight").map_err(weights)?;
+            Some(host(t).map_err(weights)?)
+        } else {
+            None
+        };
+        let emb_norm = Norm::load(emb.pp("LayerNorm"), h).map_err(weights)?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|n| {
+                let vb = vb.pp("encoder").pp("layer").pp(n);
+                let sa = vb.pp("attention").pp("self");
+                // Q, K and V as one [3h, h] weight: one GEMM.
+                let mut w = Vec::with_capacity(3 * h * h);
+                let mut b = Vec::with_capacity(3 * h);
+                for name in ["query", "key", "value"] {
+                    w.extend(host(sa.pp(name).get((h, h), "weight")?)?);
+                    b.extend(host(sa.pp(name).get(h, "bias")?)?);
+                }
+                let ao = vb.pp("attention").pp("output");
+                Ok(Layer {
+                    qkv: Dense {
+                        w: PackedB::pack(h, 3 * h, &w, 1, h),
+                        b,
+                    },
+                    attn_out: Dense::load(ao.pp("dense"), h, h)?,
+                    attn_norm: Norm::load(ao.pp("LayerNorm"), h)?,
+                    ffn_in: Dense::load(vb.pp("intermediate").pp("dense"), h, i)?,
+                    ffn_out: Dense::load(vb.pp("output").pp("dense"), i, h)?,
+                    out_norm: Norm::load(vb.pp("output").pp("LayerNorm"), h)?,
+                })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map_err(weights)?;
+        Ok(FastBert {
+            word,
+            position,
+            token_type,
+            emb_norm,
+            layers,
+            act,
+            hidden: h,
+            heads: cfg.num_attention_heads,
+            inter: i,
+            eps: cfg.layer_norm_eps as f32,
+            position_offset: flavor.position_offset(cfg),
+            max_positions: cfg.max_position_embeddings,
+            vocab: cfg.vocab_size,
+            isa: Isa::get(),
+        })
+    }
+
+    /// Word + position + token-type embeddings, normalized: `[tokens, h]`.
+    fn embed(&self, batch: &Batch) -> Result<Vec<f32>, ModelError> {
+        let h = self.hidden;
+        let mut x = vec![0f32; batch.total_tokens() * h];
+        for s in 0..batch.len() {
+            let start = batch.cu_seqlens[s];
+            for t in 0..batch.seq_len(s) {
+                let id = batch.input_ids[start + t] as usize;
+                let pos = self.position_offset + t;
+                if id >= self.vocab || pos >= self.max_positions {
+                    return Err(ModelError::Forward(format!(
+                        "token id {id} or position {pos} is outside the model's tables"
+                    )));
+                }
+                let row = &mut x[(start + t) * h..(start + t + 1) * h];
+                row.copy_from_slice(&self.word[id * h..(id + 1) * h]);
+                ops::add_assign(row, &self.position[pos * h..(pos + 1) * h]);
+                if let Some(tt) = &self.token_type {
+                    let types = tt.len() / h;
+                    let ty = if types == 1 {
+                        0
+                    } else {
+                        (batch.token_type_ids[start + t] as usize).min(types - 1)
+                    };
+                    ops::add_assign(row, &tt[ty * h..(ty + 1) * h]);
+                }
+                ops::layer_norm(self.isa, row, &self.emb_norm.gamma, &self.emb_norm.beta, self.eps);
+            }
+        }
+        Ok(x)
+    }
+
+    fn norm_rows(&self, x: &mut [f32], norm: &Norm) {
+        let (isa, eps, h) = (self.isa, self.eps, self.hidden);
+        let rows = x.len() / h;
+        let run = |row: &mut [f32]| ops::layer_norm(isa, row, &norm.gamma, &norm.beta, eps);
+        if rows >= 64 {
+            super::pool().install(|| x.par_chunks_mut(h).for_each(run));
+        } else {
+            x.chunks_mut(h).for_each(run);
+        }
+    }
+
+    /// Self-attention for every (sequence, head): `ctx[t, head] = softmax(q kᵀ / √d) v`.
+    fn attention(&self, qkv: &[f32], ctx: &mut [f32], batch: &Batch) {
+        let (h, nh) = (self.hidden, self.heads);
+        let hd = h / nh;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let isa = self.isa;
+        let out = SharedOut(ctx.as_mut_ptr());
+        let job = |(s, head): (usize, usize)| {
+            let (r0, n) = (batch.cu_seqlens[s], batch.seq_len(s));
+            if n == 0 {
+                return;
+            }
+            SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let Scratch { scores, keys, values } = &mut *scratch;
+                let base = r0 * 3 * h + head * hd;
+                let q = MatRef {
+                    data: &qkv[base..],
+                    rows: n,
+                    cols: hd,
+                    ld: 3 * h,
+                };
+                keys.repack(hd, n, &qkv[base + h..], 1, 3 * h);
+                scores.clear();
+                scores.resize(n * n, 0.0);
+                gemm(q, keys, scores, n, Epilogue::None, false);
+                for row in scores.chunks_mut(n) {
+                    ops::softmax(isa, row, scale);
+                }
+                values.repack(n, hd, &qkv[base + 2 * h..], 3 * h, 1);
+                let p = MatRef {
+                    data: scores,
+                    rows: n,
+                    cols: n,
+                    ld: n,
+                };
+                // SAFETY: this task alone writes rows r0..r0+n, columns head·hd..(head+1)·hd of ctx.
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.at(r0 * h + head * hd), (n - 1) * h + hd) };
+                gemm(p, values, dst, h, Epilogue::None, false);
+            });
+        };
+        let pairs: Vec<(usize, usize)> = (0..batch.len()).flat_map(|s| (0..nh).map(move |hh| (s, hh))).collect();
+        super::pool().install(|| pairs.into_par_iter().for_each(job));
+    }
+}
+
+struct SharedOut(*mut f32);
+
+impl SharedOut {
+    fn at(&self, offset: usize) -> *mut f32 {
+        // SAFETY: offsets stay inside the context buffer; see `attention`.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+// SAFETY: tasks write disjoint regions (see `attention`).
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    keys: PackedB,
+    values: PackedB,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+impl Encoder for FastBert {
+    fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
+        let (h, t) = (self.hidden, batch.total_tokens());
+        let mut x = self.embed(batch)?;
+        let mut qkv = vec![0f32; t * 3 * h];
+        let mut ctx = vec![0f32; t * h];
+        let mut mid = vec![0f32; t * h];
+        let mut inter = vec![0f32; t * self.inter];
+        for layer in &self.layers {
+            let xm = MatRef {
+                data: &x,
+                rows: t,
+                cols: h,
+                ld: h,
+            };
+            gemm(xm, &layer.qkv.w, &mut qkv, 3 * h, Epilogue::Bias(&layer.qkv.b), true);
+            self.attention(&qkv, &mut ctx, batch);
+            let cm = MatRef {
+                data: &ctx,
+                rows: t,
+                cols: h,
+                ld: h,
+            };
+            gemm(
+                cm,
+                &layer.attn_out.w,
+                &mut mid,
+                h,
+                Epilogue::BiasResidual(&layer.attn_out.b, &x),
+                true,
+            );
+            self.norm_rows(&mut mid, &layer.attn_norm);
+            let mm = MatRef {
+                data: &mid,
+                rows: t,
+                cols: h,
+                ld: h,
+            };
+            let epi = match self.act {
+                Act::GeluErf => Epilogue::BiasGelu(&layer.ffn_in.b),
+                Act::GeluTanh => Epilogue::Bias(&layer.ffn_in.b),
+            };
+            gemm(mm, &layer.ffn_in.w, &mut inter, self.inter, epi, true);
+            if let Act::GeluTanh = self.act {
+                ops::gelu_tanh(self.isa, &mut inter);
+            }
+            let im = MatRef {
+                data: &inter,
+                rows: t,
+                cols: self.inter,
+                ld: self.inter,
+            };
+            gemm(
+                im,
+                &layer.ffn_out.w,
+                &mut x,
+                h,
+                Epilogue::BiasResidual(&layer.ffn_out.b, &mid),
+                true,
+            );
+            self.norm_rows(&mut x, &layer.out_norm);
+        }
+        Ok(TokenStates { hidden: h, data: x })
+    }
+}

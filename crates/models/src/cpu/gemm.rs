@@ -1,0 +1,509 @@
+//! Single-precision GEMM, `C = A · B` with a fused epilogue, in the BLIS style: `B` is packed into
+//! column panels as wide as the micro-kernel (weights once, at load), `A` into row panels per call,
+//! and a register-blocked micro-kernel does the multiply-adds.
+//!
+//! Kernels: AVX-512 12×32, AVX2+FMA 6×16, and a portable 4×8. Threads split the rows of `C` (and its
+//! columns when there are few rows) on the compute pool.
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use super::ops;
+use super::Isa;
+
+/// Depth of one packed block: a `KC × NR` panel of `B` stays in L1 while a block of `A` streams by.
+const KC: usize = 256;
+
+impl Isa {
+    /// Micro-kernel rows.
+    pub fn mr(self) -> usize {
+        match self {
+            Isa::Avx512 => 12,
+            Isa::Avx2 => 6,
+            Isa::Scalar => 4,
+        }
+    }
+
+    /// Micro-kernel columns.
+    pub fn nr(self) -> usize {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 => 16,
+            Isa::Scalar => 8,
+        }
+    }
+
+    /// Rows of `A` packed per block (a multiple of `mr`).
+    fn mc(self) -> usize {
+        self.mr() * 8
+    }
+}
+
+/// `B` (`k × n`) packed into panels of `nr` columns: element `(kk, j)` of panel `p` sits at
+/// `p·k·nr + kk·nr + (j − p·nr)`. Columns past `n` are zero.
+#[derive(Debug, Clone, Default)]
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    nr: usize,
+    data: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs the `k × n` matrix whose element `(kk, j)` is `src[kk·s_k + j·s_n]`. A weight stored
+    /// `[out, in]` (as checkpoints do) is `B` with `s_k = 1, s_n = in`.
+    pub fn pack(k: usize, n: usize, src: &[f32], s_k: usize, s_n: usize) -> Self {
+        let mut p = PackedB::default();
+        p.repack(k, n, src, s_k, s_n);
+        p
+    }
+
+    /// Like [`PackedB::pack`], reusing this buffer.
+    pub fn repack(&mut self, k: usize, n: usize, src: &[f32], s_k: usize, s_n: usize) {
+        let nr = Isa::get().nr();
+        let panels = n.div_ceil(nr);
+        self.k = k;
+        self.n = n;
+        self.nr = nr;
+        self.data.clear();
+        self.data.resize(panels * k * nr, 0.0);
+        for p in 0..panels {
+            let cols = nr.min(n - p * nr);
+            let panel = &mut self.data[p * k * nr..(p + 1) * k * nr];
+            if s_k == 1 {
+                // Column-major source (a weight `[out, in]`): walk each column contiguously.
+                for j in 0..cols {
+                    let col = &src[(p * nr + j) * s_n..];
+                    for kk in 0..k {
+                        panel[kk * nr + j] = col[kk];
+                    }
+                }
+            } else {
+                for kk in 0..k {
+                    let row = &src[kk * s_k + p * nr * s_n..];
+                    for j in 0..cols {
+                        panel[kk * nr + j] = row[j * s_n];
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    fn panel(&self, p: usize) -> &[f32] {
+        &self.data[p * self.k * self.nr..(p + 1) * self.k * self.nr]
+    }
+}
+
+/// What happens to each tile of `C` once its sums are complete.
+#[derive(Clone, Copy)]
+pub enum Epilogue<'a> {
+    None,
+    /// `c += bias[col]`
+    Bias(&'a [f32]),
+    /// `c = gelu(c + bias[col])` (erf form)
+    BiasGelu(&'a [f32]),
+    /// `c += bias[col] + residual[row, col]`; `residual` has `C`'s row stride.
+    BiasResidual(&'a [f32], &'a [f32]),
+}
+
+/// Row-major `A`: `rows × cols`, row `i` starting at `data[i·ld]`.
+#[derive(Clone, Copy)]
+pub struct MatRef<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+}
+
+/// Where `C` goes. Threads write disjoint tiles through the raw pointer.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    ld: usize,
+}
+
+// SAFETY: every task writes a disjoint set of tiles of `C`.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+thread_local! {
+    static A_PACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `C[m × n] = A[m × k] · B[k × n]`, then the epilogue. `c` is row-major with row stride `ldc`.
+/// `parallel` spreads the work over the compute pool.
+pub fn gemm(a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
+    let (m, n, k) = (a.rows, b.n, b.k);
+    assert_eq!(a.cols, k, "inner dimensions differ");
+    assert!(m == 0 || c.len() >= (m - 1) * ldc + n, "C is too small");
+    if let Epilogue::BiasResidual(_, r) = epi {
+        assert!(m == 0 || r.len() >= (m - 1) * ldc + n, "residual is too small");
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    let isa = Isa::get();
+    let out = Out {
+        ptr: c.as_mut_ptr(),
+        ld: ldc,
+    };
+    let panels = n.div_ceil(b.nr);
+    let mc = isa.mc();
+    let m_blocks = m.div_ceil(mc);
+    let threads = if parallel {
+        super::pool().current_num_threads()
+    } else {
+        1
+    };
+    // Split columns too when there are too few row blocks to keep every thread busy.
+    let n_splits = if m_blocks >= threads {
+        1
+    } else {
+        (threads.div_ceil(m_blocks)).min(panels)
+    };
+    let tasks = m_blocks * n_splits;
+    let run = |t: usize| {
+        let (mb, ns) = (t / n_splits, t % n_splits);
+        let rows = mb * mc..((mb + 1) * mc).min(m);
+        let per = panels.div_ceil(n_splits);
+        let cols = ns * per..((ns + 1) * per).min(panels);
+        if !cols.is_empty() {
+            // SAFETY: tasks cover disjoint (rows, panels) rectangles of C.
+            unsafe { gemm_block(isa, a, b, out, rows, cols, epi) };
+        }
+    };
+    if tasks > 1 && threads > 1 {
+        super::pool().install(|| (0..tasks).into_par_iter().for_each(run));
+    } else {
+        (0..tasks).for_each(run);
+    }
+}
+
+/// One thread's share: rows `rows` of C, panels `panels` of B.
+unsafe fn gemm_block(
+    isa: Isa,
+    a: MatRef,
+    b: &PackedB,
+    out: Out,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    epi: Epilogue,
+) {
+    let (mr, nr, k) = (isa.mr(), isa.nr(), b.k);
+    let mc = rows.len();
+    let micro_panels = mc.div_ceil(mr);
+    A_PACK.with(|buf| {
+        let mut apack = buf.borrow_mut();
+        let mut tile = [0f32; 12 * 32];
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            let last = pc + kc == k;
+            pack_a(&mut apack, a, rows.start, mc, pc, kc, mr);
+            for p in panels.clone() {
+                let bpanel = &b.panel(p)[pc * nr..];
+                let col0 = p * nr;
+                let cols = nr.min(b.n - col0);
+                for ip in 0..micro_panels {
+                    let row0 = rows.start + ip * mr;
+                    let rows_here = mr.min(rows.end - row0);
+                    let ap = &apack[ip * kc * mr..];
+                    let full = rows_here == mr && cols == nr;
+                    let cptr = out.ptr.add(row0 * out.ld + col0);
+                    if full {
+                        kernel(isa, kc, ap.as_ptr(), bpanel.as_ptr(), cptr, out.ld, pc > 0);
+                    } else {
+                        // Edge tile: compute the whole tile aside, keep the part inside C.
+                        if pc > 0 {
+                            for r in 0..rows_here {
+                                for j in 0..cols {
+                                    tile[r * nr + j] = *cptr.add(r * out.ld + j);
+                                }
+                            }
+                        }
+                        kernel(isa, kc, ap.as_ptr(), bpanel.as_ptr(), tile.as_mut_ptr(), nr, pc > 0);
+                        for r in 0..rows_here {
+                            for j in 0..cols {
+                                *cptr.add(r * out.ld + j) = tile[r * nr + j];
+                            }
+                        }
+                    }
+                    if last {
+                        apply_epilogue(isa, epi, cptr, out.ld, row0, col0, rows_here, cols);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Packs rows `row0..row0+mc`, depth `pc..pc+kc` of A into `mr`-row panels (k-major, zero-padded).
+fn pack_a(buf: &mut Vec<f32>, a: MatRef, row0: usize, mc: usize, pc: usize, kc: usize, mr: usize) {
+    let panels = mc.div_ceil(mr);
+    buf.clear();
+    buf.resize(panels * kc * mr, 0.0);
+    for ip in 0..panels {
+        let panel = &mut buf[ip * kc * mr..(ip + 1) * kc * mr];
+        for r in 0..mr.min(mc - ip * mr) {
+            let src = &a.data[(row0 + ip * mr + r) * a.ld + pc..][..kc];
+            for (kk, v) in src.iter().enumerate() {
+                panel[kk * mr + r] = *v;
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn apply_epilogue(
+    isa: Isa,
+    epi: Epilogue,
+    c: *mut f32,
+    ldc: usize,
+    row0: usize,
+    col0: usize,
+    rows: usize,
+    cols: usize,
+) {
+    for r in 0..rows {
+        let row = std::slice::from_raw_parts_mut(c.add(r * ldc), cols);
+        match epi {
+            Epilogue::None => {}
+            Epilogue::Bias(bias) => ops::add_assign(row, &bias[col0..col0 + cols]),
+            Epilogue::BiasGelu(bias) => {
+                ops::add_assign(row, &bias[col0..col0 + cols]);
+                ops::gelu_erf(isa, row);
+            }
+            Epilogue::BiasResidual(bias, res) => {
+                ops::add_assign(row, &bias[col0..col0 + cols]);
+                ops::add_assign(row, &res[(row0 + r) * ldc + col0..][..cols]);
+            }
+        }
+    }
+}
+
+#[inline]
+unsafe fn kernel(isa: Isa, kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86::kernel_12x32(kc, a, b, c, ldc, acc),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::kernel_6x16(kc, a, b, c, ldc, acc),
+        _ => kernel_4x8(kc, a, b, c, ldc, acc),
+    }
+}
+
+/// Portable kernel: the reference the SIMD ones are tested against.
+unsafe fn kernel_4x8(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+    let mut sum = [[0f32; 8]; 4];
+    for p in 0..kc {
+        for (r, row) in sum.iter_mut().enumerate() {
+            let av = *a.add(p * 4 + r);
+            for (j, s) in row.iter_mut().enumerate() {
+                *s += av * *b.add(p * 8 + j);
+            }
+        }
+    }
+    for (r, row) in sum.iter().enumerate() {
+        for (j, s) in row.iter().enumerate() {
+            let dst = c.add(r * ldc + j);
+            *dst = if acc { *dst + s } else { *s };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    macro_rules! rows6 {
+        ($m:ident) => {
+            $m!(0);
+            $m!(1);
+            $m!(2);
+            $m!(3);
+            $m!(4);
+            $m!(5);
+        };
+    }
+
+    /// AVX2+FMA: 6 rows × 16 columns, 12 accumulators.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+        let mut s = [[_mm256_setzero_ps(); 2]; 6];
+        for p in 0..kc {
+            let b0 = _mm256_loadu_ps(b.add(p * 16));
+            let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
+            let ap = a.add(p * 6);
+            macro_rules! fma_row {
+                ($r:expr) => {
+                    let av = _mm256_broadcast_ss(&*ap.add($r));
+                    s[$r][0] = _mm256_fmadd_ps(av, b0, s[$r][0]);
+                    s[$r][1] = _mm256_fmadd_ps(av, b1, s[$r][1]);
+                };
+            }
+            rows6!(fma_row);
+        }
+        macro_rules! store_row {
+            ($r:expr) => {
+                let dst = c.add($r * ldc);
+                if acc {
+                    s[$r][0] = _mm256_add_ps(s[$r][0], _mm256_loadu_ps(dst));
+                    s[$r][1] = _mm256_add_ps(s[$r][1], _mm256_loadu_ps(dst.add(8)));
+                }
+                _mm256_storeu_ps(dst, s[$r][0]);
+                _mm256_storeu_ps(dst.add(8), s[$r][1]);
+            };
+        }
+        rows6!(store_row);
+    }
+
+    macro_rules! rows12 {
+        ($m:ident) => {
+            $m!(0);
+            $m!(1);
+            $m!(2);
+            $m!(3);
+            $m!(4);
+            $m!(5);
+            $m!(6);
+            $m!(7);
+            $m!(8);
+            $m!(9);
+            $m!(10);
+            $m!(11);
+        };
+    }
+
+    /// AVX-512: 12 rows × 32 columns, 24 accumulators.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn kernel_12x32(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+        let mut s = [[_mm512_setzero_ps(); 2]; 12];
+        for p in 0..kc {
+            let b0 = _mm512_loadu_ps(b.add(p * 32));
+            let b1 = _mm512_loadu_ps(b.add(p * 32 + 16));
+            let ap = a.add(p * 12);
+            macro_rules! fma_row {
+                ($r:expr) => {
+                    let av = _mm512_set1_ps(*ap.add($r));
+                    s[$r][0] = _mm512_fmadd_ps(av, b0, s[$r][0]);
+                    s[$r][1] = _mm512_fmadd_ps(av, b1, s[$r][1]);
+                };
+            }
+            rows12!(fma_row);
+        }
+        macro_rules! store_row {
+            ($r:expr) => {
+                let dst = c.add($r * ldc);
+                if acc {
+                    s[$r][0] = _mm512_add_ps(s[$r][0], _mm512_loadu_ps(dst));
+                    s[$r][1] = _mm512_add_ps(s[$r][1], _mm512_loadu_ps(dst.add(16)));
+                }
+                _mm512_storeu_ps(dst, s[$r][0]);
+                _mm512_storeu_ps(dst.add(16), s[$r][1]);
+            };
+        }
+        rows12!(store_row);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], w: &[f32]) -> Vec<f32> {
+        // w is [n, k] (a checkpoint weight): C = A · wᵀ
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] as f64 * w[j * k + p] as f64).sum::<f64>() as f32;
+            }
+        }
+        c
+    }
+
+    fn data(len: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_naive_on_awkward_shapes() {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (7, 13, 5),
+            (13, 33, 300),
+            (100, 70, 513),
+            (37, 384, 384),
+            (3, 1152, 20),
+        ] {
+            let a = data(m * k, 1);
+            let w = data(n * k, 2);
+            let bias = data(n, 3);
+            let res = data(m * n, 4);
+            let packed = PackedB::pack(k, n, &w, 1, k);
+            for parallel in [false, true] {
+                let mut c = vec![f32::NAN; m * n];
+                let a_ref = MatRef {
+                    data: &a,
+                    rows: m,
+                    cols: k,
+                    ld: k,
+                };
+                gemm(a_ref, &packed, &mut c, n, Epilogue::BiasResidual(&bias, &res), parallel);
+                let want = naive(m, n, k, &a, &w);
+                for i in 0..m * n {
+                    let expect = want[i] + bias[i % n] + res[i];
+                    assert!(
+                        (c[i] - expect).abs() < 1e-3 * (1.0 + expect.abs()),
+                        "{m}x{n}x{k} [{i}]: {} vs {expect}",
+                        c[i]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strided_operands() {
+        // A with a row stride wider than its columns; B packed from a row-major [k, n] source; C strided.
+        let (m, n, k, lda, ldc) = (9, 20, 17, 40, 33);
+        let a = data(m * lda, 5);
+        let b = data(k * n, 6);
+        let packed = PackedB::pack(k, n, &b, n, 1);
+        let mut c = vec![0f32; m * ldc];
+        gemm(
+            MatRef {
+                data: &a,
+                rows: m,
+                cols: k,
+                ld: lda,
+            },
+            &packed,
+            &mut c,
+            ldc,
+            Epilogue::None,
+            true,
+        );
+        for i in 0..m {
+            for j in 0..n {
+                let want: f32 = (0..k).map(|p| a[i * lda + p] * b[p * n + j]).sum();
+                assert!((c[i * ldc + j] - want).abs() < 1e-4, "({i},{j})");
+            }
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Aleph's own CPU compute path: packed-weight GEMM with AVX-512 / AVX2 micro-kernels chosen at run
+//! time, fused element-wise kernels, and a padding-free BERT-family encoder built on them.
+//!
+//! candle stays the tensor library for loading weights and for other devices; on CPU this path does
+//! the forward pass, because candle's per-op allocations, padded attention and AVX2-only matmul leave
+//! most of the machine idle (see BENCHMARKS.md).
+
+pub mod bert;
+pub mod gemm;
+pub mod ops;
+
+use std::sync::OnceLock;
+
+/// The widest vector instruction set this CPU offers, detected once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Avx512,
+    Avx2,
+    Scalar,
+}
+
+impl Isa {
+    /// Detected, unless `ALEPH_CPU_ISA` (avx512, avx2, scalar) asks for a narrower one.
+    pub fn get() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            let best = detect();
+            let wanted = match std::env::var("ALEPH_CPU_ISA").ok().as_deref() {
+                Some("scalar") => Isa::Scalar,
+                Some("avx2") => Isa::Avx2,
+                _ => best,
+            };
+            // Never pick wider than the hardware has.
+            if (wanted as u8) < (best as u8) {
+                best
+            } else {
+                wanted
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2+fma",
+            Isa::Scalar => "scalar",
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Isa {
+    if is_x86_feature_detected!("avx512f") {
+        Isa::Avx512
+    } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        Isa::Avx2
+    } else {
+        Isa::Scalar
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Isa {
+    Isa::Scalar
+}
+
+/// Compute threads for the forward pass: `ALEPH_COMPUTE_THREADS`, else one per core.
+pub fn pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::env::var("ALEPH_COMPUTE_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("aleph-compute-{i}"))
+            .build()
+            .expect("building the compute thread pool")
+    })
+}

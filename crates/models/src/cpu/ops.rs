@@ -1,0 +1,222 @@
+//! Element-wise and row kernels of the encoder (GELU, layer norm, softmax), written as plain loops that
+//! the compiler vectorizes, compiled once per instruction set and picked at run time.
+
+use super::Isa;
+
+/// `dst += src`, element-wise.
+#[inline]
+pub fn add_assign(dst: &mut [f32], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
+/// Sums with 16 independent lanes, so the loop vectorizes without reassociating one running sum.
+#[inline(always)]
+fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] += f(c[i]);
+        }
+    }
+    acc.iter().sum::<f32>() + rest.iter().map(|&v| f(v)).sum::<f32>()
+}
+
+#[inline(always)]
+fn lane_max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    acc.iter().chain(rest).copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// `e^x` to about 1 ulp-scale relative error (Cephes' polynomial after range reduction), branch-free.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let k = (x * LOG2E + 0.5).floor();
+    let r = x - k * LN2_HI - k * LN2_LO;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_2e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    e * f32::from_bits(((k as i32 + 127) << 23) as u32)
+}
+
+/// `erf(x)`, Abramowitz & Stegun 7.1.26: error < 1.5e-7 in exact arithmetic, < 5e-7 in f32.
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = ((((1.061_405_4 * t - 1.453_152) * t + 1.421_413_8) * t - 0.284_496_74) * t + 0.254_829_6) * t;
+    let y = 1.0 - poly * exp(-a * a);
+    y.copysign(x)
+}
+
+#[inline(always)]
+fn gelu_erf_body(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = 0.5 * *v * (1.0 + erf(*v * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+#[inline(always)]
+fn gelu_tanh_body(x: &mut [f32]) {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    for v in x.iter_mut() {
+        let u = C * (*v + 0.044_715 * *v * *v * *v);
+        let tanh = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+        *v = 0.5 * *v * (1.0 + tanh);
+    }
+}
+
+#[inline(always)]
+fn layer_norm_body(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
+    let n = x.len() as f32;
+    let mean = lane_sum(x, |v| v) / n;
+    let var = lane_sum(x, |v| (v - mean) * (v - mean)) / n;
+    let rstd = 1.0 / (var + eps).sqrt();
+    for ((v, g), b) in x.iter_mut().zip(gamma).zip(beta) {
+        *v = (*v - mean) * rstd * g + b;
+    }
+}
+
+#[inline(always)]
+fn softmax_body(x: &mut [f32], scale: f32) {
+    let max = lane_max(x);
+    for v in x.iter_mut() {
+        *v = exp((*v - max) * scale);
+    }
+    let inv = 1.0 / lane_sum(x, |v| v);
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Compiles each body once per instruction set; `dispatch!` picks one at run time.
+macro_rules! versions {
+    ($($name:ident($($arg:ident: $ty:ty),*) => $body:ident;)*) => {
+        #[cfg(target_arch = "x86_64")]
+        mod avx512 {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
+                pub unsafe fn $name($($arg: $ty),*) { $body($($arg),*) }
+            )*
+        }
+        #[cfg(target_arch = "x86_64")]
+        mod avx2 {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[target_feature(enable = "avx2,fma")]
+                pub unsafe fn $name($($arg: $ty),*) { $body($($arg),*) }
+            )*
+        }
+        $(
+            pub fn $name(isa: Isa, $($arg: $ty),*) {
+                match isa {
+                    // SAFETY: `Isa::get` only reports instruction sets the CPU has.
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 => unsafe { avx512::$name($($arg),*) },
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => unsafe { avx2::$name($($arg),*) },
+                    _ => $body($($arg),*),
+                }
+            }
+        )*
+    };
+}
+
+versions! {
+    gelu_erf(x: &mut [f32]) => gelu_erf_body;
+    gelu_tanh(x: &mut [f32]) => gelu_tanh_body;
+    layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) => layer_norm_body;
+    softmax(x: &mut [f32], scale: f32) => softmax_body;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_and_erf_are_accurate() {
+        for i in -800..=800 {
+            let x = i as f32 / 10.0;
+            let want = (x as f64).exp();
+            let got = exp(x) as f64;
+            assert!(((got - want) / want).abs() < 3e-7, "exp({x}): {got} vs {want}");
+        }
+        for i in -600..=600 {
+            let x = i as f64 / 100.0;
+            let want = libm_erf(x);
+            let got = erf(x as f32) as f64;
+            assert!((got - want).abs() < 5e-7, "erf({x}): {got} vs {want}");
+        }
+    }
+
+    /// erf by its Taylor series / continued fraction, in f64, as the reference.
+    fn libm_erf(x: f64) -> f64 {
+        if x.abs() < 3.0 {
+            let mut sum = 0.0;
+            let mut term = x;
+            let mut n = 0.0;
+            while term.abs() > 1e-17 {
+                sum += term / (2.0 * n + 1.0);
+                n += 1.0;
+                term *= -x * x / n;
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            // erfc continued fraction
+            let a = x.abs();
+            let mut f = 0.0;
+            for k in (1..60).rev() {
+                f = (k as f64 / 2.0) / (a + f);
+            }
+            let erfc = (-a * a).exp() / (std::f64::consts::PI.sqrt() * (a + f));
+            (1.0 - erfc).copysign(x)
+        }
+    }
+
+    #[test]
+    fn kernels_agree_across_instruction_sets() {
+        let base: Vec<f32> = (0..301).map(|i| ((i * 37 % 101) as f32 - 50.0) / 13.0).collect();
+        let gamma: Vec<f32> = (0..301).map(|i| 1.0 + i as f32 / 1000.0).collect();
+        let beta: Vec<f32> = (0..301).map(|i| i as f32 / 500.0).collect();
+        for isa in [Isa::get(), Isa::Scalar] {
+            let mut g = base.clone();
+            gelu_erf(isa, &mut g);
+            for (x, y) in base.iter().zip(&g) {
+                let want = 0.5 * *x as f64 * (1.0 + libm_erf(*x as f64 / 2f64.sqrt()));
+                assert!((*y as f64 - want).abs() < 1e-6, "{isa:?} gelu({x})");
+            }
+            let mut s = base.clone();
+            softmax(isa, &mut s, 0.5);
+            assert!((s.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+            let mut ln = base.clone();
+            layer_norm(isa, &mut ln, &gamma, &beta, 1e-12);
+            let mean: f64 = base.iter().map(|&v| v as f64).sum::<f64>() / 301.0;
+            let var: f64 = base.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 301.0;
+            for i in 0..301 {
+                let want = (base[i] as f64 - mean) / var.sqrt() * gamma[i] as f64 + beta[i] as f64;
+                assert!((ln[i] as f64 - want).abs() < 1e-5, "{isa:?} ln[{i}]");
+            }
+        }
+    }
+}
