@@ -32,6 +32,9 @@ struct Args {
     /// Skip the candle backend.
     #[arg(long)]
     no_candle: bool,
+    /// Only the real-sentence run (for profiling it).
+    #[arg(long)]
+    corpus_only: bool,
 }
 
 /// Median seconds of `f` over at least 3 runs and about `budget` seconds.
@@ -68,13 +71,14 @@ fn main() -> anyhow::Result<()> {
     println!("\n## f32 GEMM, C[m×n] = A[m×k]·B[k×n] (B packed, as the model's weights)");
     println!("| m | k | n | what | GFLOP/s |\n|---|---|---|---|---|");
     let mut peak: f64 = 0.0;
-    for &(m, k, n, what) in &[
+    let shapes: &[(usize, usize, usize, &str)] = &[
         (2048, h, 3 * h, "QKV"),
         (2048, h, h, "attention out"),
         (2048, h, i, "FFN in"),
         (2048, i, h, "FFN out"),
         (256, h, 3 * h, "QKV, 256 tokens"),
-    ] {
+    ];
+    for &(m, k, n, what) in if args.corpus_only { &[][..] } else { shapes } {
         let a: Vec<f32> = (0..m * k).map(|x| (x % 7) as f32 * 0.1).collect();
         let w: Vec<f32> = (0..k * n).map(|x| (x % 5) as f32 * 0.1).collect();
         let packed = PackedB::pack(k, n, &w, 1, k);

@@ -56,13 +56,14 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_REVISION", value_delimiter = ';', help_heading = "Models")]
     pub revision: Vec<String>,
 
-    /// Compute backend: candle (also accepted as torch, optimum or auto, so Infinity command lines work), or
-    /// debugengine, a weight-free engine whose vectors are derived from the input (for benchmarks and tests).
+    /// Compute backend: auto (Aleph's CPU kernels on CPU; torch and optimum are read as auto, so Infinity
+    /// command lines work), candle (candle's tensor ops), or debugengine, a weight-free engine whose vectors
+    /// are derived from the input (for benchmarks and tests).
     #[arg(
         long,
         env = "ALEPH_ENGINE",
         value_delimiter = ';',
-        default_value = "candle",
+        default_value = "auto",
         help_heading = "Models"
     )]
     pub engine: Vec<String>,

@@ -163,6 +163,7 @@ fn v1_aliases_health_models_docs_and_redirect() {
     assert_eq!(m["id"], "mini");
     assert_eq!(m["object"], "model");
     assert_eq!(m["capabilities"], json!(["embed"]));
+    assert_eq!(m["backend"], "aleph-cpu", "Aleph's CPU kernels by default");
     assert_eq!(m["stats"]["batch_size"], 32);
     assert!(m["stats"]["queue_fraction"].is_number());
     assert_eq!(s.get("/models").json(), {

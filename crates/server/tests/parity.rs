@@ -33,6 +33,7 @@ fn minilm_matches_sentence_transformers() {
 fn every_backend_and_instruction_set_matches() {
     let m = minilm();
     let candle = Server::start(&["--model-id", &m, "--no-model-warmup", "--engine", "candle"]);
+    assert_eq!(candle.get("/models").json()["data"][0]["backend"], "candle");
     check_parity(&candle);
     for isa in ["avx2", "scalar"] {
         let s = Server::start_with_env(&["--model-id", &m, "--no-model-warmup"], &[("ALEPH_CPU_ISA", isa)]);

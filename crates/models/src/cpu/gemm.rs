@@ -1,6 +1,7 @@
 //! Single-precision GEMM, `C = A · B` with a fused epilogue, in the BLIS style: `B` is packed into
-//! column panels as wide as the micro-kernel (weights once, at load), `A` into row panels per call,
-//! and a register-blocked micro-kernel does the multiply-adds.
+//! column panels as wide as the micro-kernel (weights once, at load), and a register-blocked
+//! micro-kernel does the multiply-adds reading rows of `A` in place (the model's `K` is small enough
+//! that a block of `A` stays in L1/L2 unpacked).
 //!
 //! Kernels: AVX-512 12×32, AVX2+FMA 6×16, and a portable 4×8. Threads split the rows of `C` (and its
 //! columns when there are few rows) on the compute pool.
@@ -34,9 +35,9 @@ impl Isa {
         }
     }
 
-    /// Rows of `A` packed per block (a multiple of `mr`).
+    /// Rows of `A` swept per pass over the panels of `B` (a multiple of `mr`).
     fn mc(self) -> usize {
-        self.mr() * 8
+        self.mr() * 16
     }
 }
 
@@ -157,26 +158,27 @@ pub fn gemm(a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, epi: Epilogue, pa
         ld: ldc,
     };
     let panels = n.div_ceil(b.nr);
-    let mc = isa.mc();
-    let m_blocks = m.div_ceil(mc);
+    let mr = isa.mr();
+    let micro = m.div_ceil(mr);
     let threads = if parallel {
         super::pool().current_num_threads()
     } else {
         1
     };
-    // Split columns too when there are too few row blocks to keep every thread busy.
-    let n_splits = if m_blocks >= threads {
+    // Balanced contiguous row ranges, one per thread; columns are split too when rows are few.
+    let m_tasks = if micro >= 4 * threads { threads } else { 1 };
+    let n_splits = if m_tasks >= threads {
         1
     } else {
-        (threads.div_ceil(m_blocks)).min(panels)
+        threads.div_ceil(m_tasks).min(panels)
     };
-    let tasks = m_blocks * n_splits;
+    let tasks = m_tasks * n_splits;
     let run = |t: usize| {
-        let (mb, ns) = (t / n_splits, t % n_splits);
-        let rows = mb * mc..((mb + 1) * mc).min(m);
+        let (mt, ns) = (t / n_splits, t % n_splits);
+        let rows = (mt * micro / m_tasks * mr).min(m)..((mt + 1) * micro / m_tasks * mr).min(m);
         let per = panels.div_ceil(n_splits);
         let cols = ns * per..((ns + 1) * per).min(panels);
-        if !cols.is_empty() {
+        if !cols.is_empty() && !rows.is_empty() {
             // SAFETY: tasks cover disjoint (rows, panels) rectangles of C.
             unsafe { gemm_block(isa, a, b, out, rows, cols, epi) };
         }
@@ -188,7 +190,8 @@ pub fn gemm(a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, epi: Epilogue, pa
     }
 }
 
-/// One thread's share: rows `rows` of C, panels `panels` of B.
+/// One thread's share: rows `rows` of C, panels `panels` of B. Rows go by in chunks of `mc`, so the
+/// chunk of A stays in L2 while each KC × NR panel of B sits in L1.
 unsafe fn gemm_block(
     isa: Isa,
     a: MatRef,
@@ -198,46 +201,54 @@ unsafe fn gemm_block(
     panels: std::ops::Range<usize>,
     epi: Epilogue,
 ) {
-    let (mr, nr, k) = (isa.mr(), isa.nr(), b.k);
-    let mc = rows.len();
-    let micro_panels = mc.div_ceil(mr);
+    let (mr, nr, k, mc) = (isa.mr(), isa.nr(), b.k, isa.mc());
     A_PACK.with(|buf| {
-        let mut apack = buf.borrow_mut();
+        let mut apad = buf.borrow_mut();
         let mut tile = [0f32; 12 * 32];
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             let last = pc + kc == k;
-            pack_a(&mut apack, a, rows.start, mc, pc, kc, mr);
-            for p in panels.clone() {
-                let bpanel = &b.panel(p)[pc * nr..];
-                let col0 = p * nr;
-                let cols = nr.min(b.n - col0);
-                for ip in 0..micro_panels {
-                    let row0 = rows.start + ip * mr;
-                    let rows_here = mr.min(rows.end - row0);
-                    let ap = &apack[ip * kc * mr..];
-                    let full = rows_here == mr && cols == nr;
-                    let cptr = out.ptr.add(row0 * out.ld + col0);
-                    if full {
-                        kernel(isa, kc, ap.as_ptr(), bpanel.as_ptr(), cptr, out.ld, pc > 0);
-                    } else {
-                        // Edge tile: compute the whole tile aside, keep the part inside C.
-                        if pc > 0 {
+            for chunk in (rows.start..rows.end).step_by(mc) {
+                let chunk_end = (chunk + mc).min(rows.end);
+                // A short last micro-panel is copied out once, zero-padded, for all panels of B.
+                let tail = chunk + (chunk_end - chunk) / mr * mr;
+                if tail < chunk_end {
+                    pad_rows(&mut apad, a, tail, chunk_end - tail, pc, kc, mr);
+                }
+                for p in panels.clone() {
+                    let bpanel = &b.panel(p)[pc * nr..];
+                    let col0 = p * nr;
+                    let cols = nr.min(b.n - col0);
+                    for row0 in (chunk..chunk_end).step_by(mr) {
+                        let rows_here = mr.min(chunk_end - row0);
+                        // Full micro-panels read A in place; the short tail reads its padded copy.
+                        let (ap, lda) = if rows_here == mr {
+                            (a.data[row0 * a.ld + pc..].as_ptr(), a.ld)
+                        } else {
+                            (apad.as_ptr(), kc)
+                        };
+                        let cptr = out.ptr.add(row0 * out.ld + col0);
+                        if rows_here == mr && cols == nr {
+                            kernel(isa, kc, ap, lda, bpanel.as_ptr(), cptr, out.ld, pc > 0);
+                        } else {
+                            // Edge tile: compute the whole tile aside, keep the part inside C.
+                            if pc > 0 {
+                                for r in 0..rows_here {
+                                    for j in 0..cols {
+                                        tile[r * nr + j] = *cptr.add(r * out.ld + j);
+                                    }
+                                }
+                            }
+                            kernel(isa, kc, ap, lda, bpanel.as_ptr(), tile.as_mut_ptr(), nr, pc > 0);
                             for r in 0..rows_here {
                                 for j in 0..cols {
-                                    tile[r * nr + j] = *cptr.add(r * out.ld + j);
+                                    *cptr.add(r * out.ld + j) = tile[r * nr + j];
                                 }
                             }
                         }
-                        kernel(isa, kc, ap.as_ptr(), bpanel.as_ptr(), tile.as_mut_ptr(), nr, pc > 0);
-                        for r in 0..rows_here {
-                            for j in 0..cols {
-                                *cptr.add(r * out.ld + j) = tile[r * nr + j];
-                            }
+                        if last {
+                            apply_epilogue(isa, epi, cptr, out.ld, row0, col0, rows_here, cols);
                         }
-                    }
-                    if last {
-                        apply_epilogue(isa, epi, cptr, out.ld, row0, col0, rows_here, cols);
                     }
                 }
             }
@@ -245,19 +256,12 @@ unsafe fn gemm_block(
     });
 }
 
-/// Packs rows `row0..row0+mc`, depth `pc..pc+kc` of A into `mr`-row panels (k-major, zero-padded).
-fn pack_a(buf: &mut Vec<f32>, a: MatRef, row0: usize, mc: usize, pc: usize, kc: usize, mr: usize) {
-    let panels = mc.div_ceil(mr);
+/// Copies `rows` (< `mr`) rows of A, depth `pc..pc+kc`, into an `mr × kc` block, the rest zero.
+fn pad_rows(buf: &mut Vec<f32>, a: MatRef, row0: usize, rows: usize, pc: usize, kc: usize, mr: usize) {
     buf.clear();
-    buf.resize(panels * kc * mr, 0.0);
-    for ip in 0..panels {
-        let panel = &mut buf[ip * kc * mr..(ip + 1) * kc * mr];
-        for r in 0..mr.min(mc - ip * mr) {
-            let src = &a.data[(row0 + ip * mr + r) * a.ld + pc..][..kc];
-            for (kk, v) in src.iter().enumerate() {
-                panel[kk * mr + r] = *v;
-            }
-        }
+    buf.resize(mr * kc, 0.0);
+    for r in 0..rows {
+        buf[r * kc..(r + 1) * kc].copy_from_slice(&a.data[(row0 + r) * a.ld + pc..][..kc]);
     }
 }
 
@@ -289,23 +293,25 @@ unsafe fn apply_epilogue(
     }
 }
 
+/// `C tile (mr × nr) (+)= A rows (row stride lda) · B panel`, over depth `kc`.
 #[inline]
-unsafe fn kernel(isa: Isa, kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel(isa: Isa, kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::kernel_12x32(kc, a, b, c, ldc, acc),
+        Isa::Avx512 => x86::kernel_12x32(kc, a, lda, b, c, ldc, acc),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::kernel_6x16(kc, a, b, c, ldc, acc),
-        _ => kernel_4x8(kc, a, b, c, ldc, acc),
+        Isa::Avx2 => x86::kernel_6x16(kc, a, lda, b, c, ldc, acc),
+        _ => kernel_4x8(kc, a, lda, b, c, ldc, acc),
     }
 }
 
 /// Portable kernel: the reference the SIMD ones are tested against.
-unsafe fn kernel_4x8(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+unsafe fn kernel_4x8(kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
     let mut sum = [[0f32; 8]; 4];
     for p in 0..kc {
         for (r, row) in sum.iter_mut().enumerate() {
-            let av = *a.add(p * 4 + r);
+            let av = *a.add(r * lda + p);
             for (j, s) in row.iter_mut().enumerate() {
                 *s += av * *b.add(p * 8 + j);
             }
@@ -336,15 +342,15 @@ mod x86 {
 
     /// AVX2+FMA: 6 rows × 16 columns, 12 accumulators.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+    pub unsafe fn kernel_6x16(kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
         let mut s = [[_mm256_setzero_ps(); 2]; 6];
         for p in 0..kc {
             let b0 = _mm256_loadu_ps(b.add(p * 16));
             let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
-            let ap = a.add(p * 6);
+            let ap = a.add(p);
             macro_rules! fma_row {
                 ($r:expr) => {
-                    let av = _mm256_broadcast_ss(&*ap.add($r));
+                    let av = _mm256_broadcast_ss(&*ap.add($r * lda));
                     s[$r][0] = _mm256_fmadd_ps(av, b0, s[$r][0]);
                     s[$r][1] = _mm256_fmadd_ps(av, b1, s[$r][1]);
                 };
@@ -384,15 +390,23 @@ mod x86 {
 
     /// AVX-512: 12 rows × 32 columns, 24 accumulators.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn kernel_12x32(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
+    pub unsafe fn kernel_12x32(
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        acc: bool,
+    ) {
         let mut s = [[_mm512_setzero_ps(); 2]; 12];
         for p in 0..kc {
             let b0 = _mm512_loadu_ps(b.add(p * 32));
             let b1 = _mm512_loadu_ps(b.add(p * 32 + 16));
-            let ap = a.add(p * 12);
+            let ap = a.add(p);
             macro_rules! fma_row {
                 ($r:expr) => {
-                    let av = _mm512_set1_ps(*ap.add($r));
+                    let av = _mm512_set1_ps(*ap.add($r * lda));
                     s[$r][0] = _mm512_fmadd_ps(av, b0, s[$r][0]);
                     s[$r][1] = _mm512_fmadd_ps(av, b1, s[$r][1]);
                 };
