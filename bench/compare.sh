@@ -5,6 +5,7 @@
 #   cargo build --release -p aleph-server -p aleph-bench
 #   bench/compare.sh                      # all peers that are installed
 #
+# A rerank line runs too when models/minilm-l6-rerank-bench exists (bench/make_rerank_model.py makes it).
 # env: CORPUS (default ../shared/data/stsbenchmark.tsv.gz), MODEL_DIR (default models/all-MiniLM-L6-v2),
 #      PEER_HOME (Infinity's venv from ../shared/peers/run-infinity.sh), ST_PYTHON (a python with
 #      sentence-transformers; skipped if unset), REQUESTS (default 300), DEBUG_REQUESTS (default 5000).
@@ -63,6 +64,13 @@ stop aleph-nowarmup
 start aleph "$aleph" v2 --model-id "$model_dir" --served-model-name $name --port $port --host 127.0.0.1
 measure_model aleph
 stop aleph
+rerank_model="$root/models/minilm-l6-rerank-bench"
+if [ -f "$rerank_model/model.safetensors" ]; then
+  start aleph-rerank "$aleph" v2 --model-id "$rerank_model" --served-model-name $name --port $port --host 127.0.0.1
+  "$loadgen" --url "http://127.0.0.1:$port/rerank" --rerank --model "$name" --corpus "$corpus" --json \
+    --label "aleph-rerank batch8xc16 (pairs)" --batch 8 --concurrency 16 --requests "$requests" --warmup 32
+  stop aleph-rerank
+fi
 start aleph-debug "$aleph" v2 --engine debugengine --model-id dummy/model --served-model-name $name --port $port --host 127.0.0.1
 load "aleph-debug batch8xc16" 8 16 "$debug_requests" 200
 stop aleph-debug
@@ -73,6 +81,13 @@ if [ -x "$infinity" ]; then
     --host 127.0.0.1 --port $port --no-model-warmup
   measure_model infinity
   stop infinity-nowarmup
+  if [ -f "$rerank_model/model.safetensors" ]; then
+    start infinity-rerank "$infinity" v2 --model-id "$rerank_model" --served-model-name $name --device cpu \
+      --engine torch --host 127.0.0.1 --port $port --no-model-warmup
+    "$loadgen" --url "http://127.0.0.1:$port/rerank" --rerank --model "$name" --corpus "$corpus" --json \
+      --label "infinity-rerank batch8xc16 (pairs)" --batch 8 --concurrency 16 --requests "$requests" --warmup 32
+    stop infinity-rerank
+  fi
   start infinity-debug "$infinity" v2 --engine debugengine --model-id dummy/model --served-model-name $name \
     --host 127.0.0.1 --port $port
   load "infinity-debug batch8xc16" 8 16 "$debug_requests" 200

@@ -1,4 +1,5 @@
-//! HTTP load generator for OpenAI-compatible `/embeddings` servers (Aleph, Infinity, TEI's OpenAI route).
+//! HTTP load generator for OpenAI-compatible `/embeddings` servers (Aleph, Infinity, TEI's OpenAI route),
+//! and for Cohere-style `/rerank` (`--rerank`).
 //!
 //! Sends `--requests` requests of `--batch` real sentences each, `--concurrency` at a time, over
 //! keep-alive connections, and prints sentences/s and latency percentiles. Every response is checked:
@@ -53,6 +54,10 @@ struct Args {
     /// A label for the JSON line.
     #[arg(long, default_value = "")]
     label: String,
+    /// Send rerank requests instead (`--url` then names the /rerank route): one query and `--batch`
+    /// documents each.
+    #[arg(long)]
+    rerank: bool,
 }
 
 fn load_corpus(path: &str) -> anyhow::Result<Vec<String>> {
@@ -97,7 +102,13 @@ async fn main() -> anyhow::Result<()> {
                 let input: Vec<&str> = (0..args.batch)
                     .map(|k| corpus[(r * args.batch + k) % corpus.len()].as_str())
                     .collect();
-                Bytes::from(serde_json::json!({"model": args.model, "input": input}).to_string())
+                let body = if args.rerank {
+                    let query = &corpus[(r * 7919) % corpus.len()];
+                    serde_json::json!({"model": args.model, "query": query, "documents": input})
+                } else {
+                    serde_json::json!({"model": args.model, "input": input})
+                };
+                Bytes::from(body.to_string())
             })
             .collect(),
     );
