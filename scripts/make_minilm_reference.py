@@ -85,10 +85,21 @@ def main() -> None:
     stripped = [s.strip() for s in SENTENCES]
     vectors = model.encode(stripped, batch_size=8, convert_to_numpy=True, normalize_embeddings=False)
     lengths = [len(model.tokenizer(s, truncation=True, max_length=256)["input_ids"]) for s in stripped]
+    # Output quantization as sentence-transformers defines it, calibrated on the corpus Aleph ships.
+    from sentence_transformers.quantization import quantize_embeddings
+
+    calib_path = Path(__file__).resolve().parent.parent / "crates/models/assets/calibration.txt"
+    calib_lines = [l.strip() for l in calib_path.read_text().splitlines() if l.strip()]
+    calib = model.encode(calib_lines, batch_size=32, convert_to_numpy=True)
+    quantized = {
+        precision: quantize_embeddings(vectors[:12], precision=precision, calibration_embeddings=calib).tolist()
+        for precision in ["int8", "uint8", "binary", "ubinary"]
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sentences.json").write_text(json.dumps(SENTENCES, ensure_ascii=False, indent=0) + "\n")
     (out_dir / "reference.json").write_text(
-        json.dumps({"token_counts": lengths, "vectors": [[float(x) for x in v] for v in vectors]}) + "\n"
+        json.dumps({"token_counts": lengths, "vectors": [[float(x) for x in v] for v in vectors],
+                    "quantized_first_12": quantized}) + "\n"
     )
     print(f"{len(SENTENCES)} sentences, dim {vectors.shape[1]}, tokens {sum(lengths)}")
 

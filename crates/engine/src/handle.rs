@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use aleph_models::{Batch, Encoded, LoadedModel, ModelError, ModelInfo, TextTokenizer};
+use aleph_models::quantize::{quantize, Calibration, EmbeddingDtype, CALIBRATION_TEXT};
+use aleph_models::{Batch, Encoded, LoadedModel, ModelError, ModelInfo, Task, TextTokenizer};
 use tokio::sync::oneshot;
 
 use crate::batcher::BatchPolicy;
@@ -25,6 +26,8 @@ pub struct HandleConfig {
     pub queue_size: usize,
     /// Run the largest batch once at start-up.
     pub warmup: bool,
+    /// How embeddings leave the server (`--embedding-dtype`).
+    pub embedding_dtype: EmbeddingDtype,
 }
 
 /// One input to a model: a text, or a (query, document) pair for a cross-encoder.
@@ -67,6 +70,8 @@ pub struct ModelHandle {
     pool: Arc<TokenizerPool>,
     queue: Arc<Queue>,
     config: HandleConfig,
+    /// Per-dimension ranges for int8 / uint8 output, measured at start-up.
+    calibration: Option<Calibration>,
     stats: Arc<WorkerStats>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -83,6 +88,11 @@ impl ModelHandle {
         if config.warmup {
             warmup(&name, model.as_ref(), &tokenizer, &info, &config)?;
         }
+        let calibration = if config.embedding_dtype.needs_calibration() && info.task == Task::Embed {
+            Some(calibrate(model.as_ref(), &tokenizer, config.batch_size)?)
+        } else {
+            None
+        };
         let policy = BatchPolicy {
             max_items: config.batch_size,
             max_tokens: config.max_batch_tokens,
@@ -103,9 +113,15 @@ impl ModelHandle {
             pool,
             queue,
             config,
+            calibration,
             stats,
             threads: Mutex::new(threads),
         })
+    }
+
+    /// Applies `--embedding-dtype` to an embedding already cut to its requested dimensions.
+    pub fn quantize(&self, v: &[f32]) -> Vec<f32> {
+        quantize(self.config.embedding_dtype, v, self.calibration.as_ref())
     }
 
     pub fn name(&self) -> &str {
@@ -203,6 +219,31 @@ impl ModelHandle {
             let _ = t.join();
         }
     }
+}
+
+/// Embeds the shipped calibration corpus and keeps each dimension's range.
+fn calibrate(
+    model: &dyn aleph_models::Model,
+    tokenizer: &TextTokenizer,
+    batch_size: usize,
+) -> Result<Calibration, ModelError> {
+    let started = Instant::now();
+    let lines: Vec<&str> = CALIBRATION_TEXT.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut vectors = Vec::with_capacity(lines.len());
+    for chunk in lines.chunks(batch_size.max(1)) {
+        let mut batch = Batch::new();
+        for line in chunk {
+            let e = tokenizer.encode(line.trim())?;
+            batch.push(&e.ids, &e.type_ids);
+        }
+        vectors.extend(model.forward(&batch)?.vectors);
+    }
+    tracing::info!(
+        "calibrated int8/uint8 output on {} sentences in {:.0} ms",
+        lines.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Calibration::from_vectors(&vectors).ok_or_else(|| ModelError::Forward("calibration produced no vectors".into()))
 }
 
 /// Runs the largest batch the limits allow, so memory problems show at boot, and logs the rate.

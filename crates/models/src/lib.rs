@@ -15,6 +15,7 @@ pub mod heads;
 pub mod hub;
 pub mod loader;
 pub mod pooling;
+pub mod quantize;
 pub mod st_config;
 pub mod tokenizer;
 

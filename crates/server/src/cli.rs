@@ -118,6 +118,17 @@ pub struct ServeArgs {
     )]
     pub pooling_method: Vec<String>,
 
+    /// Embedding output: float32, or int8 / uint8 (per-dimension ranges from a calibration corpus shipped in
+    /// the binary), or binary / ubinary (sign bits, 8 dimensions per value).
+    #[arg(
+        long,
+        env = "ALEPH_EMBEDDING_DTYPE",
+        value_delimiter = ';',
+        default_value = "float32",
+        help_heading = "Models"
+    )]
+    pub embedding_dtype: Vec<String>,
+
     /// Run the largest batch once at start-up, so memory problems show at boot.
     #[arg(long, env = "ALEPH_MODEL_WARMUP", action = ArgAction::Set, num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", help_heading = "Models")]
@@ -215,6 +226,7 @@ pub struct ModelSpec {
     pub device: String,
     pub dtype: String,
     pub pooling_method: String,
+    pub embedding_dtype: String,
     pub warmup: bool,
 }
 
@@ -238,6 +250,7 @@ impl ServeArgs {
         let device = per_model("--device", &self.device, n)?;
         let dtype = per_model("--dtype", &self.dtype, n)?;
         let pooling = per_model("--pooling-method", &self.pooling_method, n)?;
+        let embedding_dtype = per_model("--embedding-dtype", &self.embedding_dtype, n)?;
         let engines = engines
             .into_iter()
             .map(|e| e.as_deref().unwrap_or("auto").parse::<Engine>())
@@ -259,6 +272,7 @@ impl ServeArgs {
                 device: device[i].clone().unwrap_or_else(|| "auto".into()),
                 dtype: dtype[i].clone().unwrap_or_else(|| "auto".into()),
                 pooling_method: pooling[i].clone().unwrap_or_else(|| "auto".into()),
+                embedding_dtype: embedding_dtype[i].clone().unwrap_or_else(|| "float32".into()),
                 warmup: self.warmup(),
             })
             .collect();

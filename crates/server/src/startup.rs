@@ -132,6 +132,10 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
         max_batch_tokens: spec.max_batch_tokens,
         queue_size,
         warmup: spec.warmup,
+        embedding_dtype: spec
+            .embedding_dtype
+            .parse()
+            .map_err(|e: String| anyhow!("--embedding-dtype: {e}"))?,
     };
     ModelHandle::start(spec.served_name.clone(), loaded, config, pool).with_context(ctx)
 }

@@ -75,3 +75,91 @@ fn check_parity(server: &Server) {
         assert_eq!(body["usage"]["total_tokens"], counts[i]);
     }
 }
+
+/// `--embedding-dtype` against sentence-transformers' `quantize_embeddings`, calibrated on the corpus that
+/// ships in the binary (reference made by scripts/make_minilm_reference.py).
+#[test]
+fn quantized_output_matches_sentence_transformers() {
+    let (sentences, _, _) = fixtures();
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/minilm/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let m = minilm();
+    let dtypes = ["int8", "uint8", "binary", "ubinary"];
+    let server = Server::start(&[
+        "--model-id",
+        &m,
+        "--model-id",
+        &m,
+        "--model-id",
+        &m,
+        "--model-id",
+        &m,
+        "--served-model-name",
+        "int8;uint8;binary;ubinary",
+        "--embedding-dtype",
+        "int8;uint8;binary;ubinary",
+        "--no-model-warmup",
+    ]);
+    for dtype in dtypes {
+        let expected = reference["quantized_first_12"][dtype].as_array().unwrap();
+        let body = server
+            .post_json("/embeddings", &json!({"model": dtype, "input": &sentences[..12]}))
+            .json();
+        let (mut equal, mut total, mut flipped_bits) = (0, 0, 0);
+        for (i, want) in expected.iter().enumerate() {
+            let got = floats(&body["data"][i]["embedding"]);
+            let want = floats(want);
+            assert_eq!(got.len(), want.len(), "{dtype}: {} values", want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.fract(), 0.0, "{dtype}: integers rendered as floats");
+                total += 1;
+                if g == w {
+                    equal += 1;
+                    continue;
+                }
+                if dtype.ends_with("binary") {
+                    // A component within ~1e-6 of zero may take the other sign.
+                    let byte = |x: f32| (if dtype == "binary" { x + 128.0 } else { x }) as u8;
+                    flipped_bits += (byte(*g) ^ byte(*w)).count_ones();
+                } else {
+                    // Off by one where a value sits on a bucket edge (the float vectors agree to ~1e-6).
+                    assert!((g - w).abs() <= 1.0, "{dtype} sentence {i}: {g} vs {w}");
+                }
+            }
+        }
+        assert!(
+            equal as f64 >= 0.97 * total as f64,
+            "{dtype}: only {equal}/{total} identical"
+        );
+        assert!(flipped_bits <= 4, "{dtype}: {flipped_bits} sign bits differ");
+    }
+    // Binary bits are the signs of the float vector, so `dimensions` cuts before packing.
+    let f = server
+        .post_json(
+            "/embeddings",
+            &json!({"model": "int8", "input": "Hello world", "dimensions": 16}),
+        )
+        .json();
+    assert_eq!(floats(&f["data"][0]["embedding"]).len(), 16);
+    let b = server
+        .post_json(
+            "/embeddings",
+            &json!({"model": "ubinary", "input": "Hello world", "dimensions": 16}),
+        )
+        .json();
+    assert_eq!(floats(&b["data"][0]["embedding"]), vec![114.0, 120.0]);
+    let v = server
+        .post_json(
+            "/embeddings",
+            &json!({"model": "binary", "input": "x", "encoding_format": "base64"}),
+        )
+        .assert_error(400);
+    assert_eq!(v["error"]["param"], "encoding_format");
+    let b64 = server.post_json(
+        "/embeddings",
+        &json!({"model": "int8", "input": "x", "encoding_format": "base64"}),
+    );
+    assert_eq!(b64.status, 200, "int8 as base64 float32, as Infinity");
+}

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use aleph_engine::{Input, ModelHandle};
+use aleph_models::quantize::EmbeddingDtype;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -47,13 +48,29 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
     let dims = validate_dimensions(req.dimensions, model.info().dim)?;
 
+    let dtype = model.config().embedding_dtype;
+    if dtype.packed() && req.encoding_format == EncodingFormat::Base64 {
+        return Err(ApiError::bad_request(format!(
+            "model `{}` returns {} embeddings (packed bits); request encoding_format `float`",
+            model.name(),
+            dtype.name()
+        ))
+        .with_param("encoding_format"));
+    }
     let result = model.run(texts.into_iter().map(Input::Text).collect()).await?;
     let data = result
         .vectors
         .into_iter()
         .enumerate()
         .map(|(index, mut v)| {
+            // Cut to the requested dimensions first, then quantize: `dimensions` counts dimensions
+            // whatever the output type.
             v.truncate(dims);
+            let v = if dtype == EmbeddingDtype::Float32 {
+                v
+            } else {
+                model.quantize(&v)
+            };
             let embedding = match req.encoding_format {
                 EncodingFormat::Float => EmbeddingValue::Float(v),
                 EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&v)),
