@@ -32,6 +32,7 @@ pub fn load_debug() -> LoadedModel {
             pads: false,
             pooling: Pooling::Mean,
             normalize: true,
+            weight_bytes: 0,
         },
     }
 }

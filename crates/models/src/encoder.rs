@@ -6,6 +6,8 @@ use crate::error::ModelError;
 /// Turns a batch into per-token hidden states. Heads (pooling, classifiers) work on the result.
 pub trait Encoder: Send + Sync {
     fn hidden_size(&self) -> usize;
+    /// Bytes of weights held in memory.
+    fn weight_bytes(&self) -> u64;
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError>;
 }
 

@@ -37,6 +37,8 @@ pub struct ModelInfo {
     pub pads: bool,
     pub pooling: Pooling,
     pub normalize: bool,
+    /// Bytes of weights the model keeps in memory (for candle: the memory-mapped safetensors).
+    pub weight_bytes: u64,
 }
 
 pub struct LoadedModel {
@@ -182,6 +184,16 @@ fn load_bert_family(
         pads: backend == "candle",
         pooling,
         normalize: st.normalize,
+        weight_bytes: if backend == "candle" {
+            // candle maps the files and pages weights in as they are used.
+            safetensors_files(dir)?
+                .iter()
+                .filter_map(|f| std::fs::metadata(f).ok())
+                .map(|m| m.len())
+                .sum()
+        } else {
+            encoder.weight_bytes()
+        },
     };
     let model = EncoderModel { encoder, head };
     Ok(LoadedModel {

@@ -159,6 +159,10 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_PAYLOAD_LIMIT", default_value_t = 32 * 1024 * 1024, help_heading = "Serving")]
     pub payload_limit: usize,
 
+    /// Seconds to let in-flight requests finish after SIGTERM (while /health answers 503).
+    #[arg(long, env = "ALEPH_DRAIN_TIMEOUT", default_value_t = 30.0, help_heading = "Serving")]
+    pub drain_timeout: f64,
+
     /// Address to listen on.
     #[arg(long, env = "ALEPH_HOST", default_value = "0.0.0.0", help_heading = "Server")]
     pub host: String,

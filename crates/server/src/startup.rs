@@ -2,7 +2,7 @@
 //! signal, then drain.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
 use aleph_models::{hub, Backend, LoadOptions};
@@ -22,58 +22,75 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .tokenizer_workers
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = Arc::new(TokenizerPool::new(workers));
+    let state = Arc::new(AppState::new(
+        Limits {
+            max_client_batch_size: args.max_client_batch_size,
+            max_string_chars: MAX_STRING_CHARS,
+        },
+        metrics,
+        Some(args.api_key.clone()).filter(|k| !k.is_empty()),
+    ));
 
-    let mut handles = Vec::new();
-    for spec in specs {
-        let handle = tokio::task::spawn_blocking({
+    // The port opens first: /health answers 503 while the models load, so orchestrators can tell
+    // "starting" from "dead".
+    let server = if args.preload_only {
+        None
+    } else {
+        let app = http::router(
+            state.clone(),
+            &HttpConfig {
+                url_prefix: args.url_prefix.clone(),
+                redirect_slash: args.redirect_slash.clone(),
+                permissive_cors: args.permissive_cors && !args.no_permissive_cors,
+                payload_limit: args.payload_limit,
+            },
+        );
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        tracing::info!("loading models; listening on http://{}", listener.local_addr()?);
+        let drain = Duration::from_secs_f64(args.drain_timeout);
+        let shutdown = drain_on_signal(state.clone(), drain);
+        Some(tokio::spawn(async move {
+            axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+        }))
+    };
+
+    let load = async {
+        let mut handles = Vec::new();
+        for spec in specs {
             let pool = pool.clone();
             let queue_size = args.queue_size;
-            move || load_model(&spec, queue_size, pool)
-        })
-        .await??;
-        handles.push(Arc::new(handle));
-    }
-    let registry = Arc::new(ModelRegistry::new(handles).map_err(|e| anyhow!(e))?);
-    if args.preload_only {
+            let handle = tokio::task::spawn_blocking(move || load_model(&spec, queue_size, pool)).await??;
+            handles.push(Arc::new(handle));
+        }
+        anyhow::Ok(Arc::new(ModelRegistry::new(handles).map_err(|e| anyhow!(e))?))
+    };
+    let Some(mut server) = server else {
+        let registry = load.await?;
         tracing::info!(
             "models loaded in {:.2} s; --preload-only given, exiting",
             started.elapsed().as_secs_f64()
         );
         registry.shutdown();
         return Ok(());
-    }
-
-    let state = Arc::new(AppState {
-        registry: registry.clone(),
-        limits: Limits {
-            max_client_batch_size: args.max_client_batch_size,
-            max_string_chars: MAX_STRING_CHARS,
-        },
-        metrics,
-        api_key: Some(args.api_key.clone()).filter(|k| !k.is_empty()),
-    });
-    let app = http::router(
-        state,
-        &HttpConfig {
-            url_prefix: args.url_prefix.clone(),
-            redirect_slash: args.redirect_slash.clone(),
-            permissive_cors: args.permissive_cors && !args.no_permissive_cors,
-            payload_limit: args.payload_limit,
-        },
-    );
-    let addr = format!("{}:{}", args.host, args.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
+    };
+    let registry = tokio::select! {
+        registry = load => registry?,
+        // A signal while loading: nothing is in flight, so stop now.
+        served = &mut server => {
+            served??;
+            return Ok(());
+        }
+    };
+    state.set_ready(registry.clone());
     tracing::info!(
-        "serving {} on http://{} (ready in {:.2} s)",
+        "ready: serving {} (ready in {:.2} s)",
         registry.names().join(", "),
-        listener.local_addr()?,
         started.elapsed().as_secs_f64()
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    server.await??;
     tracing::info!("stopped accepting; draining the models");
     tokio::task::spawn_blocking(move || registry.shutdown()).await?;
     Ok(())
@@ -155,7 +172,9 @@ fn install_metrics() -> Option<PrometheusHandle> {
         .ok()
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or Ctrl-C once the drain is over: `/health` turns 503 and new API requests are
+/// refused while in-flight ones finish, for at most `limit`. Then the server stops accepting.
+async fn drain_on_signal(state: Arc<AppState>, limit: Duration) {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -174,5 +193,16 @@ async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
-    tracing::info!("shutdown signal received");
+    state.begin_drain();
+    tracing::info!(
+        "shutdown signal received; draining {} in-flight requests",
+        state.in_flight()
+    );
+    let deadline = Instant::now() + limit;
+    while state.in_flight() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if state.in_flight() > 0 {
+        tracing::warn!("drain timeout: {} requests still in flight", state.in_flight());
+    }
 }

@@ -217,6 +217,7 @@ pub struct Bert {
     position_offset: u32,
     /// With one token type (RoBERTa, XLM-R) the tokenizer's segment ids are not model inputs.
     use_type_ids: bool,
+    weight_bytes: u64,
     device: Device,
 }
 
@@ -251,6 +252,7 @@ impl Bert {
             hidden: cfg.hidden_size,
             position_offset: flavor.position_offset(cfg) as u32,
             use_type_ids: cfg.type_vocab_size > 1,
+            weight_bytes: 0,
             device: vb.device().clone(),
         })
     }
@@ -313,6 +315,10 @@ impl Bert {
 impl Encoder for Bert {
     fn hidden_size(&self) -> usize {
         self.hidden
+    }
+
+    fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
     }
 
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {

@@ -291,6 +291,25 @@ impl Encoder for FastBert {
         self.hidden
     }
 
+    fn weight_bytes(&self) -> u64 {
+        let dense = |d: &Dense| d.w.bytes() + 4 * d.b.len();
+        let norm = |n: &Norm| 4 * (n.gamma.len() + n.beta.len());
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                dense(&l.qkv)
+                    + dense(&l.attn_out)
+                    + dense(&l.ffn_in)
+                    + dense(&l.ffn_out)
+                    + norm(&l.attn_norm)
+                    + norm(&l.out_norm)
+            })
+            .sum();
+        let tables = self.word.len() + self.position.len() + self.token_type.as_ref().map_or(0, Vec::len);
+        (layers + 4 * tables + norm(&self.emb_norm)) as u64
+    }
+
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
         let (h, t) = (self.hidden, batch.total_tokens());
         let mut x = self.embed(batch)?;

@@ -91,6 +91,11 @@ impl PackedB {
         }
     }
 
+    /// Bytes held by the packed panels.
+    pub fn bytes(&self) -> usize {
+        4 * self.data.len()
+    }
+
     pub fn k(&self) -> usize {
         self.k
     }

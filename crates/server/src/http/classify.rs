@@ -33,7 +33,7 @@ pub async fn classify(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<ClassifyRequest>,
 ) -> Result<Response, ApiError> {
-    let model = state.registry.get(&req.model)?;
+    let model = state.registry()?.get(&req.model)?;
     let result = predict(&state, model, req).await;
     observe(model.name(), "/classify", &result);
     result

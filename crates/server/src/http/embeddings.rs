@@ -37,7 +37,7 @@ pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<EmbeddingRequest>,
 ) -> Result<Response, ApiError> {
-    let model = state.registry.get(&req.model)?;
+    let model = state.registry()?.get(&req.model)?;
     let result = embed(&state, model, req).await;
     observe(model.name(), "/embeddings", &result);
     result

@@ -7,13 +7,27 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use super::error::ApiError;
 use super::schemas::{unix_now, HealthBody};
-use super::state::AppState;
+use super::state::{AppState, Phase};
 
-/// Liveness: 200 with the server time once the models are loaded.
-#[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, body = HealthBody)))]
-pub async fn health() -> Json<HealthBody> {
-    Json(HealthBody { unix: unix_now() })
+/// Readiness: 200 with the server time once every model is loaded and warm; 503 while loading and
+/// while draining after SIGTERM.
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "health",
+    responses(
+        (status = 200, description = "Serving", body = HealthBody),
+        (status = 503, description = "Loading models, or draining", body = super::error::ErrorBody),
+    )
+)]
+pub async fn health(State(state): State<Arc<AppState>>) -> Result<Json<HealthBody>, ApiError> {
+    match state.phase() {
+        Phase::Ready => Ok(Json(HealthBody { unix: unix_now() })),
+        Phase::Loading => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "loading models")),
+        Phase::Draining => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")),
+    }
 }
 
 /// Prometheus metrics in the text exposition format.

@@ -18,7 +18,7 @@ mod validate;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -28,7 +28,7 @@ use tower_http::cors::CorsLayer;
 use utoipa_swagger_ui::SwaggerUi;
 
 use error::ApiError;
-use state::AppState;
+use state::{AppState, Phase};
 
 /// Router settings that come from the command line.
 #[derive(Debug, Clone)]
@@ -48,7 +48,8 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         .route("/rerank", post(rerank::rerank))
         .route("/classify", post(classify::classify))
         .route("/models", get(models::models))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_key));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_key))
+        .route_layer(middleware::from_fn_with_state(state.clone(), track_in_flight));
 
     let prefix = cfg.url_prefix.as_str();
     let mut app = Router::new()
@@ -88,6 +89,20 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         app = app.layer(CorsLayer::very_permissive());
     }
     app.with_state(state)
+}
+
+/// Counts API requests in flight, and refuses new ones once draining has begun.
+async fn track_in_flight(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if state.phase() == Phase::Draining {
+        let mut response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
+    let _guard = state.enter();
+    next.run(req).await
 }
 
 /// A bounded label for a request path: the API route it hits, or `other`.

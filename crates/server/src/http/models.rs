@@ -5,15 +5,16 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 
+use super::error::ApiError;
 use super::schemas::{unix_now, ModelInfoBody, ModelList, ModelStatsBody};
 use super::state::AppState;
 
 /// List the served models with their capabilities and queue statistics.
 #[utoipa::path(get, path = "/models", tag = "models", responses((status = 200, body = ModelList)))]
-pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
+pub async fn models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList>, ApiError> {
     let created = unix_now() as u64;
     let data = state
-        .registry
+        .registry()?
         .iter()
         .map(|m| {
             let s = m.stats();
@@ -34,8 +35,22 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
                 created,
                 backend: m.info().backend,
                 capabilities: m.info().task.capabilities().to_vec(),
+                weight_bytes: m.info().weight_bytes,
             }
         })
         .collect();
-    Json(ModelList { object: "list", data })
+    Ok(Json(ModelList {
+        object: "list",
+        data,
+        process_resident_bytes: resident_bytes(),
+    }))
+}
+
+/// The process's resident memory, from `/proc/self/statm` (0 where that does not exist).
+fn resident_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .unwrap_or(0);
+    pages * 4096
 }

@@ -31,7 +31,7 @@ pub async fn rerank(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<RerankRequest>,
 ) -> Result<Response, ApiError> {
-    let model = state.registry.get(&req.model)?;
+    let model = state.registry()?.get(&req.model)?;
     let result = score(&state, model, req).await;
     observe(model.name(), "/rerank", &result);
     result

@@ -261,6 +261,8 @@ pub struct ModelInfoBody {
     pub created: u64,
     pub backend: &'static str,
     pub capabilities: Vec<&'static str>,
+    /// Memory held by the model's weights (Aleph's extension; Infinity does not report it).
+    pub weight_bytes: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -268,6 +270,8 @@ pub struct ModelList {
     #[schema(example = "list")]
     pub object: &'static str,
     pub data: Vec<ModelInfoBody>,
+    /// Resident memory of the whole process (Aleph's extension).
+    pub process_resident_bytes: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

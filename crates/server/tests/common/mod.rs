@@ -113,13 +113,24 @@ impl Server {
             });
         }
         let deadline = Instant::now() + Duration::from_secs(120);
+        let mut base: Option<String> = None;
         loop {
-            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
-                return Ok(Server {
-                    child,
-                    base: format!("http://{addr}"),
-                    logs,
-                });
+            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(20)) {
+                base = Some(format!("http://{addr}"));
+            }
+            // The port opens before the models load; ready means /health answers 200.
+            if let Some(b) = &base {
+                if ureq::get(&format!("{b}/health"))
+                    .timeout(Duration::from_secs(5))
+                    .call()
+                    .is_ok()
+                {
+                    return Ok(Server {
+                        child,
+                        base: b.clone(),
+                        logs,
+                    });
+                }
             }
             if let Ok(Some(status)) = child.try_wait() {
                 std::thread::sleep(Duration::from_millis(100));
