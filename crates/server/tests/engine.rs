@@ -273,6 +273,7 @@ fn health_is_503_while_draining() {
                 .post(&format!("{base}/embeddings"))
                 .send_string(r#"{"input":"__slow__"}"#)
                 .map(|r| r.status())
+                .map_err(|e| e.to_string())
         })
     };
     let deadline = Instant::now() + Duration::from_secs(30);
