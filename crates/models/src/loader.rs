@@ -49,19 +49,42 @@ pub struct LoadedModel {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Device {
+    /// A GPU when this build has CUDA and one is present, else the CPU.
     #[default]
+    Auto,
     Cpu,
+    Cuda(usize),
 }
 
 impl FromStr for Device {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "cpu" | "auto" => Ok(Device::Cpu),
-            other => Err(format!(
-                "device `{other}` is not available in this build (expected cpu or auto)"
-            )),
+        let s = s.to_ascii_lowercase();
+        match s.as_str() {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            other => match other.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
+                Some(n) => Ok(Device::Cuda(n)),
+                None => Err(format!("unknown device `{other}` (expected auto, cpu, cuda or cuda:N)")),
+            },
+        }
+    }
+}
+
+impl Device {
+    /// The candle device. CUDA needs a build with `--features cuda`; without it this is a clear error.
+    fn candle(self) -> Result<candle_core::Device, ModelError> {
+        match self {
+            Device::Cpu => Ok(candle_core::Device::Cpu),
+            Device::Auto if !candle_core::utils::cuda_is_available() => Ok(candle_core::Device::Cpu),
+            Device::Auto => Device::Cuda(0).candle(),
+            Device::Cuda(n) => candle_core::Device::new_cuda(n).map_err(|e| {
+                ModelError::InvalidOption(format!(
+                    "cuda:{n} is not usable ({e}); Aleph's CUDA support needs a build with --features cuda"
+                ))
+            }),
         }
     }
 }
@@ -135,8 +158,11 @@ fn load_bert_family(
         PoolingChoice::Auto => st.pooling.unwrap_or(Pooling::Mean),
     };
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
-    let vb = var_builder(dir)?;
-    let (encoder, backend): (Box<dyn Encoder>, &'static str) = match opts.backend {
+    let device = opts.device.candle()?;
+    let vb = var_builder(dir, &device)?;
+    // Aleph's own kernels are for the CPU; on a GPU candle computes.
+    let backend_choice = if device.is_cpu() { opts.backend } else { Backend::Candle };
+    let (encoder, backend): (Box<dyn Encoder>, &'static str) = match backend_choice {
         Backend::Auto => (
             Box::new(FastBert::load(bert::root(vb.clone()), &cfg, flavor)?),
             "aleph-cpu",
@@ -204,7 +230,7 @@ fn load_bert_family(
 }
 
 /// Memory-maps the folder's safetensors: `model.safetensors`, or the shards an index names.
-fn var_builder(dir: &Path) -> Result<VarBuilder<'static>, ModelError> {
+fn var_builder(dir: &Path, device: &candle_core::Device) -> Result<VarBuilder<'static>, ModelError> {
     let files = safetensors_files(dir)?;
     for f in &files {
         if !f.exists() {
@@ -213,12 +239,12 @@ fn var_builder(dir: &Path) -> Result<VarBuilder<'static>, ModelError> {
     }
     // SAFETY: the files are memory-mapped read-only; Aleph never writes to model files, and a
     // concurrent writer is outside what any HF loader guards against.
-    unsafe { VarBuilder::from_mmaped_safetensors(&files, candle_core::DType::F32, &candle_core::Device::Cpu) }.map_err(
-        |e| ModelError::BadFile {
+    unsafe { VarBuilder::from_mmaped_safetensors(&files, candle_core::DType::F32, device) }.map_err(|e| {
+        ModelError::BadFile {
             path: files[0].clone(),
             reason: e.to_string(),
-        },
-    )
+        }
+    })
 }
 
 fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {

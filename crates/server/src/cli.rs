@@ -88,7 +88,7 @@ pub struct ServeArgs {
     )]
     pub max_batch_tokens: Vec<usize>,
 
-    /// Device to run on: cpu or auto.
+    /// Device: auto (a GPU when built with --features cuda and one is present, else the CPU), cpu, cuda, cuda:N.
     #[arg(
         long,
         env = "ALEPH_DEVICE",
