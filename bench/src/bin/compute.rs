@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use aleph_models::cpu::gemm::{gemm, Epilogue, MatRef, PackedB};
 use aleph_models::cpu::Isa;
-use aleph_models::{Backend, Batch, LoadOptions, LoadedModel};
+use aleph_models::{Backend, Batch, DType, LoadOptions, LoadedModel};
 use clap::Parser;
 
 #[derive(Parser)]
@@ -105,15 +105,19 @@ fn main() -> anyhow::Result<()> {
     println!("\nbest GEMM rate at the model's shapes: {peak:.1} GFLOP/s");
 
     let tokenizer_text = "the quick brown fox jumps over the lazy dog ".repeat(64);
-    let mut backends = vec![(Backend::Auto, "aleph-cpu")];
+    let mut backends = vec![
+        (Backend::Auto, DType::Auto, "aleph-cpu"),
+        (Backend::Auto, DType::Int8, "aleph-cpu-int8"),
+    ];
     if !args.no_candle {
-        backends.push((Backend::Candle, "candle"));
+        backends.push((Backend::Candle, DType::Auto, "candle"));
     }
     let models: Vec<(&str, LoadedModel)> = backends
         .iter()
-        .map(|(b, name)| {
+        .map(|(b, dtype, name)| {
             let opts = LoadOptions {
                 backend: *b,
+                dtype: *dtype,
                 ..Default::default()
             };
             Ok((*name, aleph_models::load(&args.model, &opts)?))
@@ -189,7 +193,105 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
+    if let Some(corpus) = &args.corpus {
+        accuracy(&models, corpus, &args.model)?;
+    }
     Ok(())
+}
+
+/// Cosine of each backend's vectors to the f32 CPU path's on the parity sentences, and the STS Benchmark
+/// test-split Spearman correlation (cosine of each pair against the human score) per backend.
+fn accuracy(models: &[(&str, LoadedModel)], corpus: &str, model_dir: &std::path::Path) -> anyhow::Result<()> {
+    let embed = |m: &LoadedModel, texts: &[String]| -> anyhow::Result<Vec<Vec<f32>>> {
+        let mut out = Vec::new();
+        for chunk in texts.chunks(32) {
+            let mut b = Batch::new();
+            for t in chunk {
+                let e = m.tokenizer.encode(t.trim())?;
+                b.push(&e.ids, &e.type_ids);
+            }
+            out.extend(m.model.forward(&b)?.vectors);
+        }
+        Ok(out)
+    };
+    let fixtures = model_dir.join("../../tests/fixtures/minilm/sentences.json");
+    let parity: Vec<String> = match std::fs::read_to_string(&fixtures) {
+        Ok(s) => serde_json::from_str(&s)?,
+        Err(_) => Vec::new(),
+    };
+    let (scores, s1, s2) = sts_test(corpus)?;
+    println!("\n## Accuracy");
+    println!(
+        "| backend | cosine to f32 (mean / min, {} parity sentences) | STS-B test Spearman ({} pairs) |",
+        parity.len(),
+        scores.len()
+    );
+    println!("|---|---|---|");
+    let reference = embed(&models[0].1, &parity)?;
+    for (name, m) in models {
+        let v = embed(m, &parity)?;
+        let cos: Vec<f64> = v.iter().zip(&reference).map(|(a, b)| cosine(a, b)).collect();
+        let mean = cos.iter().sum::<f64>() / cos.len().max(1) as f64;
+        let min = cos.iter().copied().fold(1.0, f64::min);
+        let (a, b) = (embed(m, &s1)?, embed(m, &s2)?);
+        let sims: Vec<f64> = a.iter().zip(&b).map(|(x, y)| cosine(x, y)).collect();
+        println!("| {name} | {mean:.6} / {min:.6} | {:.4} |", spearman(&sims, &scores));
+    }
+    Ok(())
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb).max(1e-30)
+}
+
+/// Ranks with ties given their average rank.
+fn ranks(v: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
+    let mut r = vec![0.0; v.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
+            j += 1;
+        }
+        for &k in &idx[i..=j] {
+            r[k] = (i + j) as f64 / 2.0;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+fn spearman(a: &[f64], b: &[f64]) -> f64 {
+    let (ra, rb) = (ranks(a), ranks(b));
+    let n = ra.len() as f64;
+    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
+    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
+    cov / (va * vb).sqrt()
+}
+
+/// The STS Benchmark test split: gold scores and both sentences of each pair.
+fn sts_test(path: &str) -> anyhow::Result<(Vec<f64>, Vec<String>, Vec<String>)> {
+    let reader = BufReader::new(flate2::read::GzDecoder::new(std::fs::File::open(path)?));
+    let (mut scores, mut s1, mut s2) = (Vec::new(), Vec::new(), Vec::new());
+    for line in reader.lines() {
+        let line = line?;
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() >= 8 && cols[0] == "test" {
+            if let Ok(score) = cols[5].parse::<f64>() {
+                scores.push(score);
+                s1.push(cols[6].to_string());
+                s2.push(cols[7].to_string());
+            }
+        }
+    }
+    Ok((scores, s1, s2))
 }
 
 /// The first `n` sentences of the STS Benchmark (sentence1, sentence2 of each row, in file order).

@@ -95,6 +95,8 @@ pub enum DType {
     #[default]
     Auto,
     Float32,
+    /// Linear layers with int8 weights and per-row dynamically quantized activations (CPU path).
+    Int8,
 }
 
 impl FromStr for DType {
@@ -104,8 +106,9 @@ impl FromStr for DType {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(DType::Auto),
             "float32" | "fp32" | "f32" => Ok(DType::Float32),
+            "int8" => Ok(DType::Int8),
             other => Err(format!(
-                "dtype `{other}` is not supported on cpu (expected auto or float32)"
+                "dtype `{other}` is not supported (expected auto, float32 or int8)"
             )),
         }
     }
@@ -163,10 +166,21 @@ fn load_bert_family(
     // Aleph's own kernels are for the CPU; on a GPU candle computes.
     let backend_choice = if device.is_cpu() { opts.backend } else { Backend::Candle };
     let (encoder, backend): (Box<dyn Encoder>, &'static str) = match backend_choice {
-        Backend::Auto => (
-            Box::new(FastBert::load(bert::root(vb.clone()), &cfg, flavor)?),
-            "aleph-cpu",
-        ),
+        Backend::Auto => {
+            let int8 = opts.dtype == DType::Int8;
+            if int8 {
+                tracing::info!("int8 linear layers ({} kernel)", crate::cpu::qgemm::kernel_name());
+            }
+            (
+                Box::new(FastBert::load(bert::root(vb.clone()), &cfg, flavor, int8)?),
+                "aleph-cpu",
+            )
+        }
+        Backend::Candle if opts.dtype == DType::Int8 => {
+            return Err(ModelError::InvalidOption(
+                "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
+            ))
+        }
         Backend::Candle => (Box::new(Bert::load(bert::root(vb.clone()), &cfg, flavor)?), "candle"),
     };
     let h = cfg.hidden_size;

@@ -163,3 +163,23 @@ fn quantized_output_matches_sentence_transformers() {
     );
     assert_eq!(b64.status, 200, "int8 as base64 float32, as Infinity");
 }
+
+/// `--dtype int8`: dynamically quantized linear layers stay close to sentence-transformers' f32 vectors.
+#[test]
+fn int8_weights_stay_close() {
+    let (sentences, reference, _) = fixtures();
+    let server = Server::start(&["--model-id", &minilm(), "--no-model-warmup", "--dtype", "int8"]);
+    let body = server.post_json("/embeddings", &json!({"input": sentences})).json();
+    let cos: Vec<f64> = (0..sentences.len())
+        .map(|i| cosine(&floats(&body["data"][i]["embedding"]), &reference[i]))
+        .collect();
+    let mean = cos.iter().sum::<f64>() / cos.len() as f64;
+    let min = cos.iter().copied().fold(1.0, f64::min);
+    eprintln!("int8: mean cosine {mean:.6}, min {min:.6}");
+    assert!(mean >= 0.995, "mean cosine {mean}");
+    assert!(min >= 0.98, "min cosine {min}");
+    let e = Server::try_start(&["--model-id", &minilm(), "--dtype", "int8", "--engine", "candle"], &[])
+        .err()
+        .expect("int8 needs the CPU kernels");
+    assert!(e.contains("int8"), "{e}");
+}

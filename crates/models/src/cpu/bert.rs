@@ -9,6 +9,7 @@ use candle_nn::VarBuilder;
 use rayon::prelude::*;
 
 use super::gemm::{gemm, Epilogue, MatRef, PackedB};
+use super::qgemm::{gemm_i8, PackedI8};
 use super::{ops, Isa};
 use crate::architectures::bert::{BertConfig, Flavor};
 use crate::batch::Batch;
@@ -36,19 +37,47 @@ impl Norm {
     }
 }
 
-/// A dense layer with its weight packed for the GEMM.
+/// A dense layer with its weight packed for the GEMM: f32, or int8 (`--dtype int8`).
 struct Dense {
-    w: PackedB,
+    w: Weights,
     b: Vec<f32>,
 }
 
+enum Weights {
+    F32(PackedB),
+    I8(PackedI8),
+}
+
 impl Dense {
-    fn load(vb: VarBuilder, inp: usize, out: usize) -> candle_core::Result<Self> {
+    fn load(vb: VarBuilder, inp: usize, out: usize, int8: bool) -> candle_core::Result<Self> {
         let w = host(vb.get((out, inp), "weight")?)?;
-        Ok(Dense {
-            w: PackedB::pack(inp, out, &w, 1, inp),
-            b: host(vb.get(out, "bias")?)?,
-        })
+        Ok(Dense::new(&w, host(vb.get(out, "bias")?)?, inp, out, int8))
+    }
+
+    /// `w` is the checkpoint's `[out, in]`.
+    fn new(w: &[f32], b: Vec<f32>, inp: usize, out: usize, int8: bool) -> Self {
+        let w = if int8 {
+            Weights::I8(PackedI8::quantize(inp, out, w))
+        } else {
+            Weights::F32(PackedB::pack(inp, out, w, 1, inp))
+        };
+        Dense { w, b }
+    }
+
+    /// `c = x · wᵀ`, then the epilogue.
+    fn forward(&self, x: MatRef, c: &mut [f32], ldc: usize, epi: Epilogue) {
+        match &self.w {
+            Weights::F32(p) => gemm(x, p, c, ldc, epi, true),
+            Weights::I8(q) => gemm_i8(x, q, c, ldc, epi, true),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        let w = match &self.w {
+            Weights::F32(p) => p.bytes(),
+            Weights::I8(q) => q.bytes(),
+        };
+        w + 4 * self.b.len()
     }
 }
 
@@ -84,7 +113,8 @@ fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
 
 impl FastBert {
     /// Loads from a var builder rooted at the encoder (the `bert.` / `roberta.` prefix applied).
-    pub fn load(vb: VarBuilder, cfg: &BertConfig, flavor: Flavor) -> Result<Self, ModelError> {
+    /// `int8` quantizes the linear layers' weights (dynamic quantization; attention stays f32).
+    pub fn load(vb: VarBuilder, cfg: &BertConfig, flavor: Flavor, int8: bool) -> Result<Self, ModelError> {
         let act = match cfg.hidden_act.as_str() {
             "gelu" => Act::GeluErf,
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Act::GeluTanh,
@@ -142,14 +172,11 @@ impl FastBert {
                 }
                 let ao = vb.pp("attention").pp("output");
                 Ok(Layer {
-                    qkv: Dense {
-                        w: PackedB::pack(h, 3 * h, &w, 1, h),
-                        b,
-                    },
-                    attn_out: Dense::load(ao.pp("dense"), h, h)?,
+                    qkv: Dense::new(&w, b, h, 3 * h, int8),
+                    attn_out: Dense::load(ao.pp("dense"), h, h, int8)?,
                     attn_norm: Norm::load(ao.pp("LayerNorm"), h)?,
-                    ffn_in: Dense::load(vb.pp("intermediate").pp("dense"), h, i)?,
-                    ffn_out: Dense::load(vb.pp("output").pp("dense"), i, h)?,
+                    ffn_in: Dense::load(vb.pp("intermediate").pp("dense"), h, i, int8)?,
+                    ffn_out: Dense::load(vb.pp("output").pp("dense"), i, h, int8)?,
                     out_norm: Norm::load(vb.pp("output").pp("LayerNorm"), h)?,
                 })
             })
@@ -292,7 +319,7 @@ impl Encoder for FastBert {
     }
 
     fn weight_bytes(&self) -> u64 {
-        let dense = |d: &Dense| d.w.bytes() + 4 * d.b.len();
+        let dense = |d: &Dense| d.bytes();
         let norm = |n: &Norm| 4 * (n.gamma.len() + n.beta.len());
         let layers: usize = self
             .layers
@@ -324,7 +351,7 @@ impl Encoder for FastBert {
                 cols: h,
                 ld: h,
             };
-            gemm(xm, &layer.qkv.w, &mut qkv, 3 * h, Epilogue::Bias(&layer.qkv.b), true);
+            layer.qkv.forward(xm, &mut qkv, 3 * h, Epilogue::Bias(&layer.qkv.b));
             self.attention(&qkv, &mut ctx, batch);
             let cm = MatRef {
                 data: &ctx,
@@ -332,14 +359,9 @@ impl Encoder for FastBert {
                 cols: h,
                 ld: h,
             };
-            gemm(
-                cm,
-                &layer.attn_out.w,
-                &mut mid,
-                h,
-                Epilogue::BiasResidual(&layer.attn_out.b, &x),
-                true,
-            );
+            layer
+                .attn_out
+                .forward(cm, &mut mid, h, Epilogue::BiasResidual(&layer.attn_out.b, &x));
             self.norm_rows(&mut mid, &layer.attn_norm);
             let mm = MatRef {
                 data: &mid,
@@ -351,7 +373,7 @@ impl Encoder for FastBert {
                 Act::GeluErf => Epilogue::BiasGelu(&layer.ffn_in.b),
                 Act::GeluTanh => Epilogue::Bias(&layer.ffn_in.b),
             };
-            gemm(mm, &layer.ffn_in.w, &mut inter, self.inter, epi, true);
+            layer.ffn_in.forward(mm, &mut inter, self.inter, epi);
             if let Act::GeluTanh = self.act {
                 ops::gelu_tanh(self.isa, &mut inter);
             }
@@ -361,14 +383,9 @@ impl Encoder for FastBert {
                 cols: self.inter,
                 ld: self.inter,
             };
-            gemm(
-                im,
-                &layer.ffn_out.w,
-                &mut x,
-                h,
-                Epilogue::BiasResidual(&layer.ffn_out.b, &mid),
-                true,
-            );
+            layer
+                .ffn_out
+                .forward(im, &mut x, h, Epilogue::BiasResidual(&layer.ffn_out.b, &mid));
             self.norm_rows(&mut x, &layer.out_norm);
         }
         Ok(TokenStates { hidden: h, data: x })

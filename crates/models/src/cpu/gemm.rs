@@ -271,7 +271,7 @@ fn pad_rows(buf: &mut Vec<f32>, a: MatRef, row0: usize, rows: usize, pc: usize, 
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn apply_epilogue(
+pub(crate) unsafe fn apply_epilogue(
     isa: Isa,
     epi: Epilogue,
     c: *mut f32,

@@ -8,6 +8,7 @@
 pub mod bert;
 pub mod gemm;
 pub mod ops;
+pub mod qgemm;
 
 use std::sync::OnceLock;
 

@@ -107,6 +107,34 @@ fn softmax_body(x: &mut [f32], scale: f32) {
     }
 }
 
+/// Quantizes a row to u8 over its own `[min, max]` (asymmetric, 256 levels): `x ≈ scale · (q − zero)`.
+/// Writes `q` into `out` and returns `(scale, zero)`.
+#[inline(always)]
+fn quantize_row_body(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    let mut lo = [0f32; 16];
+    let mut hi = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            lo[i] = lo[i].min(c[i]);
+            hi[i] = hi[i].max(c[i]);
+        }
+    }
+    // The range always holds 0, so zero is exactly representable (padding and masked values stay 0).
+    let min = lo.iter().chain(rest).copied().fold(0f32, f32::min);
+    let max = hi.iter().chain(rest).copied().fold(0f32, f32::max);
+    let scale = if max > min { (max - min) / 255.0 } else { 1.0 };
+    let zero = (-min / scale).round() as i32;
+    let inv = 1.0 / scale;
+    let z = zero as f32;
+    for (o, v) in out.iter_mut().zip(x) {
+        let q = *v * inv + z + 0.5;
+        *o = q.clamp(0.0, 255.0) as u8;
+    }
+    (scale, zero)
+}
+
 /// Compiles each body once per instruction set; `dispatch!` picks one at run time.
 macro_rules! versions {
     ($($name:ident($($arg:ident: $ty:ty),*) => $body:ident;)*) => {
@@ -148,6 +176,28 @@ versions! {
     gelu_tanh(x: &mut [f32]) => gelu_tanh_body;
     layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) => layer_norm_body;
     softmax(x: &mut [f32], scale: f32) => softmax_body;
+}
+
+/// [`quantize_row_body`] for the running CPU.
+pub fn quantize_row(isa: Isa, x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
+    unsafe fn wide(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+        quantize_row_body(x, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn narrow(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+        quantize_row_body(x, out)
+    }
+    match isa {
+        // SAFETY: `Isa::get` only reports instruction sets the CPU has.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { wide(x, out) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { narrow(x, out) },
+        _ => quantize_row_body(x, out),
+    }
 }
 
 #[cfg(test)]
