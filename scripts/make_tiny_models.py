@@ -201,6 +201,42 @@ def main():
     lengths = [len(ug(t.strip(), truncation=True, max_length=64)["input_ids"]) for t in TEXTS]
     (d / "reference.json").write_text(json.dumps({"texts": TEXTS, "vectors": vectors, "token_counts": lengths},
                                                   ensure_ascii=False, indent=1))
+    # --- ColBERT: a BERT encoder plus a bias-free projection (`linear.weight`), as colbert-ir's HF_ColBERT ---
+    torch.manual_seed(SEED + 5)
+    from transformers import BertModel
+
+    enc = BertModel(small(BertConfig, **bert_kw), add_pooling_layer=False).eval()
+    proj = torch.nn.Linear(32, 16, bias=False)
+    torch.nn.init.normal_(proj.weight, std=0.3)
+    d = out_root / "colbert"
+    d.mkdir(parents=True, exist_ok=True)
+    from safetensors.torch import save_file
+
+    tensors = {f"bert.{k}": v.contiguous() for k, v in enc.state_dict().items() if "position_ids" not in k}
+    tensors["linear.weight"] = proj.weight.detach().contiguous()
+    save_file(tensors, str(d / "model.safetensors"))
+    cfg = enc.config.to_dict()
+    cfg["architectures"] = ["HF_ColBERT"]
+    (d / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+    wp.save_pretrained(d)
+
+    @torch.no_grad()
+    def colbert_vectors(texts):
+        out = []
+        for t in texts:
+            e = wp(t, truncation=True, max_length=64, return_tensors="pt")
+            h = enc(**e).last_hidden_state[0]
+            out.append(torch.nn.functional.normalize(proj(h), p=2, dim=-1).tolist())
+        return out
+
+    query, docs = QUERY, [doc.strip() for doc in DOCS]
+    qv, dv = colbert_vectors([query])[0], colbert_vectors(docs)
+    maxsim = [float((torch.tensor(qv) @ torch.tensor(v).T).max(dim=1).values.sum()) if v else 0.0 for v in dv]
+    (d / "reference.json").write_text(json.dumps({
+        "texts": [t.strip() for t in TEXTS], "vectors": colbert_vectors([t.strip() for t in TEXTS]),
+        "query": query, "documents": docs, "query_vectors": qv, "maxsim": maxsim,
+    }, ensure_ascii=False))
+
     for p in sorted(out_root.iterdir()):
         size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
         print(f"{p.name}: {size / 1024:.0f} KiB")

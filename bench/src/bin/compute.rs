@@ -84,19 +84,7 @@ fn main() -> anyhow::Result<()> {
         let packed = PackedB::pack(k, n, &w, 1, k);
         let mut c = vec![0f32; m * n];
         let secs = time(args.seconds, || {
-            gemm(
-                MatRef {
-                    data: &a,
-                    rows: m,
-                    cols: k,
-                    ld: k,
-                },
-                &packed,
-                &mut c,
-                n,
-                Epilogue::None,
-                true,
-            )
+            gemm(MatRef { data: &a, rows: m, cols: k, ld: k }, &packed, &mut c, n, Epilogue::None, true)
         });
         let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
         peak = peak.max(gflops);
@@ -105,21 +93,14 @@ fn main() -> anyhow::Result<()> {
     println!("\nbest GEMM rate at the model's shapes: {peak:.1} GFLOP/s");
 
     let tokenizer_text = "the quick brown fox jumps over the lazy dog ".repeat(64);
-    let mut backends = vec![
-        (Backend::Auto, DType::Auto, "aleph-cpu"),
-        (Backend::Auto, DType::Int8, "aleph-cpu-int8"),
-    ];
+    let mut backends = vec![(Backend::Auto, DType::Auto, "aleph-cpu"), (Backend::Auto, DType::Int8, "aleph-cpu-int8")];
     if !args.no_candle {
         backends.push((Backend::Candle, DType::Auto, "candle"));
     }
     let models: Vec<(&str, LoadedModel)> = backends
         .iter()
         .map(|(b, dtype, name)| {
-            let opts = LoadOptions {
-                backend: *b,
-                dtype: *dtype,
-                ..Default::default()
-            };
+            let opts = LoadOptions { backend: *b, dtype: *dtype, ..Default::default() };
             Ok((*name, aleph_models::load(&args.model, &opts)?))
         })
         .collect::<anyhow::Result<_>>()?;
@@ -128,17 +109,7 @@ fn main() -> anyhow::Result<()> {
     println!("\n## Forward pass (encoder + pooling), synthetic inputs of equal length");
     println!("FLOPs per token = layers × (2·(4h² + 2hi) + 4·len·h), h={h}, i={i}, layers={layers}");
     println!("| backend | batch | tokens | ms | tokens/s | GFLOP/s | % of best GEMM |\n|---|---|---|---|---|---|---|");
-    for &(bs, len) in &[
-        (1, 16),
-        (1, 64),
-        (1, 256),
-        (8, 16),
-        (8, 64),
-        (8, 256),
-        (32, 16),
-        (32, 64),
-        (32, 256),
-    ] {
+    for &(bs, len) in &[(1, 16), (1, 64), (1, 256), (8, 16), (8, 64), (8, 256), (32, 16), (32, 64), (32, 256)] {
         let mut batch = Batch::new();
         let ids = &full.ids[..len];
         let types = vec![0u32; len];
@@ -163,10 +134,7 @@ fn main() -> anyhow::Result<()> {
 
     if let Some(corpus) = &args.corpus {
         let sentences = sts_sentences(corpus, args.sentences)?;
-        println!(
-            "\n## Real sentences: {} STS Benchmark sentences in batches of 32",
-            sentences.len()
-        );
+        println!("\n## Real sentences: {} STS Benchmark sentences in batches of 32", sentences.len());
         println!("| backend | sentences/s | tokens/s |\n|---|---|---|");
         for (name, m) in &models {
             let batches: Vec<Batch> = sentences
@@ -186,11 +154,7 @@ fn main() -> anyhow::Result<()> {
                     m.model.forward(b).expect("forward");
                 }
             });
-            println!(
-                "| {name} | {:.1} | {:.0} |",
-                sentences.len() as f64 / secs,
-                tokens as f64 / secs
-            );
+            println!("| {name} | {:.1} | {:.0} |", sentences.len() as f64 / secs, tokens as f64 / secs);
         }
     }
     if let Some(corpus) = &args.corpus {

@@ -62,11 +62,8 @@ struct Args {
 
 fn load_corpus(path: &str) -> anyhow::Result<Vec<String>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
-    let reader: Box<dyn Read> = if path.ends_with(".gz") {
-        Box::new(flate2::read::GzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
+    let reader: Box<dyn Read> =
+        if path.ends_with(".gz") { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
     let mut out = Vec::new();
     for line in BufReader::new(reader).lines() {
         let line = line?;
@@ -99,9 +96,8 @@ async fn main() -> anyhow::Result<()> {
     let bodies: Arc<Vec<Bytes>> = Arc::new(
         (0..total)
             .map(|r| {
-                let input: Vec<&str> = (0..args.batch)
-                    .map(|k| corpus[(r * args.batch + k) % corpus.len()].as_str())
-                    .collect();
+                let input: Vec<&str> =
+                    (0..args.batch).map(|k| corpus[(r * args.batch + k) % corpus.len()].as_str()).collect();
                 let body = if args.rerank {
                     let query = &corpus[(r * 7919) % corpus.len()];
                     serde_json::json!({"model": args.model, "query": query, "documents": input})
@@ -112,9 +108,8 @@ async fn main() -> anyhow::Result<()> {
             })
             .collect(),
     );
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(args.concurrency)
-        .build_http();
+    let client: Client<_, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).pool_max_idle_per_host(args.concurrency).build_http();
     let next = Arc::new(AtomicUsize::new(0));
     let measured_start = Arc::new(std::sync::Mutex::new(None::<Instant>));
 
@@ -123,10 +118,7 @@ async fn main() -> anyhow::Result<()> {
         let (client, bodies, next, start) = (client.clone(), bodies.clone(), next.clone(), measured_start.clone());
         let (url, key, batch, warmup) = (args.url.clone(), args.api_key.clone(), args.batch, args.warmup);
         tasks.push(tokio::spawn(async move {
-            let mut out = Outcome {
-                latencies: Vec::new(),
-                errors: Vec::new(),
-            };
+            let mut out = Outcome { latencies: Vec::new(), errors: Vec::new() };
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= bodies.len() {
@@ -158,10 +150,9 @@ async fn main() -> anyhow::Result<()> {
                             out.latencies.push(elapsed);
                         }
                     }
-                    Ok((status, body)) => out.errors.push(format!(
-                        "{status}: {}",
-                        String::from_utf8_lossy(&body[..body.len().min(200)])
-                    )),
+                    Ok((status, body)) => {
+                        out.errors.push(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])))
+                    }
                     Err(e) => out.errors.push(e.to_string()),
                 }
             }
@@ -174,12 +165,7 @@ async fn main() -> anyhow::Result<()> {
         latencies.extend(o.latencies);
         errors.extend(o.errors);
     }
-    let wall = measured_start
-        .lock()
-        .unwrap()
-        .map(|s| s.elapsed())
-        .unwrap_or_default()
-        .as_secs_f64();
+    let wall = measured_start.lock().unwrap().map(|s| s.elapsed()).unwrap_or_default().as_secs_f64();
     latencies.sort();
     let pct = |p: f64| -> f64 {
         if latencies.is_empty() {

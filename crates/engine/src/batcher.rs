@@ -97,11 +97,7 @@ mod tests {
     use super::*;
 
     fn padded(max_items: usize, max_tokens: usize) -> BatchPolicy {
-        BatchPolicy {
-            max_items,
-            max_tokens,
-            pads: true,
-        }
+        BatchPolicy { max_items, max_tokens, pads: true }
     }
 
     #[test]
@@ -137,11 +133,7 @@ mod tests {
 
     #[test]
     fn unpadded_budget_counts_real_tokens_in_fifo_order() {
-        let policy = BatchPolicy {
-            max_items: 8,
-            max_tokens: 120,
-            pads: false,
-        };
+        let policy = BatchPolicy { max_items: 8, max_tokens: 120, pads: false };
         assert_eq!(select(&[50, 10, 100, 10], &policy), vec![0, 1, 3]);
     }
 

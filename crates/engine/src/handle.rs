@@ -93,11 +93,7 @@ impl ModelHandle {
         } else {
             None
         };
-        let policy = BatchPolicy {
-            max_items: config.batch_size,
-            max_tokens: config.max_batch_tokens,
-            pads: info.pads,
-        };
+        let policy = BatchPolicy { max_items: config.batch_size, max_tokens: config.max_batch_tokens, pads: info.pads };
         let queue = Arc::new(Queue::new(&name, config.queue_size));
         let stats = Arc::new(WorkerStats::default());
         // Rendezvous: the batcher holds the next batch until the model takes it.
@@ -159,8 +155,7 @@ impl ModelHandle {
         let prompt_tokens = encoded.iter().map(Encoded::len).sum();
 
         let (replies, receivers): (Vec<Reply>, Vec<_>) = encoded.iter().map(|_| oneshot::channel()).unzip();
-        self.queue
-            .push_all(&self.name, encoded.into_iter().zip(replies).collect())?;
+        self.queue.push_all(&self.name, encoded.into_iter().zip(replies).collect())?;
 
         let mut result = RunResult {
             vectors: Vec::with_capacity(receivers.len()),

@@ -55,12 +55,7 @@ pub(crate) struct Queue {
 impl Queue {
     pub fn new(model: &str, limit: usize) -> Self {
         Queue {
-            state: Mutex::new(State {
-                items: VecDeque::new(),
-                next_seq: 0,
-                generation: 0,
-                closed: false,
-            }),
+            state: Mutex::new(State { items: VecDeque::new(), next_seq: 0, generation: 0, closed: false }),
             ready: Condvar::new(),
             limit,
             depth: AtomicUsize::new(0),
@@ -90,22 +85,13 @@ impl Queue {
         }
         let queued = st.items.len();
         if queued + items.len() > self.limit {
-            return Err(EngineError::Overloaded {
-                model: model.to_string(),
-                queued,
-                limit: self.limit,
-            });
+            return Err(EngineError::Overloaded { model: model.to_string(), queued, limit: self.limit });
         }
         let now = Instant::now();
         for (encoded, reply) in items {
             let seq = st.next_seq;
             st.next_seq += 1;
-            st.items.push_back(Item {
-                seq,
-                encoded,
-                reply,
-                enqueued: now,
-            });
+            st.items.push_back(Item { seq, encoded, reply, enqueued: now });
         }
         st.generation += 1;
         self.set_depth(st.items.len());
@@ -178,17 +164,10 @@ mod tests {
     use super::*;
 
     fn enc(n: usize) -> Encoded {
-        Encoded {
-            ids: vec![1; n],
-            type_ids: vec![0; n],
-        }
+        Encoded { ids: vec![1; n], type_ids: vec![0; n] }
     }
 
-    const POLICY: BatchPolicy = BatchPolicy {
-        max_items: 2,
-        max_tokens: 1000,
-        pads: true,
-    };
+    const POLICY: BatchPolicy = BatchPolicy { max_items: 2, max_tokens: 1000, pads: true };
 
     #[test]
     fn refuses_past_the_limit_all_or_nothing() {

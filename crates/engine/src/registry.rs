@@ -31,10 +31,7 @@ impl ModelRegistry {
         self.models
             .iter()
             .find(|m| m.name() == requested)
-            .ok_or_else(|| EngineError::UnknownModel {
-                requested: requested.to_string(),
-                available: self.names(),
-            })
+            .ok_or_else(|| EngineError::UnknownModel { requested: requested.to_string(), available: self.names() })
     }
 
     pub fn names(&self) -> Vec<String> {

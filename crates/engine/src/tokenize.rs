@@ -28,10 +28,7 @@ impl TokenizerPool {
                     .expect("spawning a tokenizer thread")
             })
             .collect();
-        TokenizerPool {
-            jobs: Some(tx),
-            threads,
-        }
+        TokenizerPool { jobs: Some(tx), threads }
     }
 
     pub fn workers(&self) -> usize {
@@ -70,10 +67,7 @@ mod tests {
     #[tokio::test]
     async fn runs_jobs_off_the_runtime_and_survives_panics() {
         let pool = TokenizerPool::new(2);
-        let name = pool
-            .run(|| std::thread::current().name().map(str::to_string))
-            .await
-            .unwrap();
+        let name = pool.run(|| std::thread::current().name().map(str::to_string)).await.unwrap();
         assert!(name.unwrap().starts_with("aleph-tok-"));
         assert_eq!(pool.run(|| -> u32 { panic!("boom") }).await, None);
         assert_eq!(pool.run(|| 7).await, Some(7));

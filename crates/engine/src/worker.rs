@@ -93,11 +93,7 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
 
     let outcome = match result {
         Ok(Ok(out)) if out.vectors.len() == items.len() => Ok(out.vectors),
-        Ok(Ok(out)) => Err(format!(
-            "model returned {} outputs for {} inputs",
-            out.vectors.len(),
-            items.len()
-        )),
+        Ok(Ok(out)) => Err(format!("model returned {} outputs for {} inputs", out.vectors.len(), items.len())),
         Ok(Err(e)) => Err(e.to_string()),
         Err(panic) => Err(format!("the model panicked: {}", panic_message(&panic))),
     };
@@ -105,11 +101,7 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
         Ok(vectors) => {
             for (item, vector) in items.into_iter().zip(vectors) {
                 let queue_time = started.saturating_duration_since(item.enqueued);
-                let _ = item.reply.send(Ok(ItemOutput {
-                    vector,
-                    queue_time,
-                    inference_time,
-                }));
+                let _ = item.reply.send(Ok(ItemOutput { vector, queue_time, inference_time }));
             }
         }
         Err(message) => {

@@ -16,10 +16,7 @@ pub struct Batch {
 
 impl Batch {
     pub fn new() -> Self {
-        Batch {
-            cu_seqlens: vec![0],
-            ..Default::default()
-        }
+        Batch { cu_seqlens: vec![0], ..Default::default() }
     }
 
     /// Appends one sequence.

@@ -32,6 +32,8 @@ pub enum Task {
         labels: Vec<String>,
         multi_label: bool,
     },
+    /// Late interaction (ColBERT): one vector per token; reranks by MaxSim.
+    MultiVector,
 }
 
 impl Task {
@@ -41,6 +43,7 @@ impl Task {
             Task::Embed => &["embed"],
             Task::Rerank => &["rerank"],
             Task::Classify { .. } => &["classify"],
+            Task::MultiVector => &["embed", "rerank"],
         }
     }
 }
@@ -52,38 +55,24 @@ impl ArchConfig {
 
     /// `*ForSequenceClassification` with one label reranks, with more it classifies; anything else embeds.
     pub fn task(&self) -> Task {
-        if !self
-            .architectures
-            .iter()
-            .any(|a| a.ends_with("ForSequenceClassification"))
-        {
+        // Infinity's rule: a ColBERT checkpoint names itself in its first architecture (HF_ColBERT, ...).
+        if self.architectures.first().is_some_and(|a| a.to_ascii_lowercase().contains("colbert")) {
+            return Task::MultiVector;
+        }
+        if !self.architectures.iter().any(|a| a.ends_with("ForSequenceClassification")) {
             return Task::Embed;
         }
         let labels = self.labels();
         if labels.len() < 2 {
             return Task::Rerank;
         }
-        Task::Classify {
-            labels,
-            multi_label: self.problem_type.as_deref() == Some("multi_label_classification"),
-        }
+        Task::Classify { labels, multi_label: self.problem_type.as_deref() == Some("multi_label_classification") }
     }
 
     /// Label names by id; `LABEL_i` where the config names none.
     pub fn labels(&self) -> Vec<String> {
-        let n = if self.id2label.is_empty() {
-            self.num_labels.unwrap_or(2)
-        } else {
-            self.id2label.len()
-        };
-        (0..n)
-            .map(|i| {
-                self.id2label
-                    .get(&i.to_string())
-                    .cloned()
-                    .unwrap_or_else(|| format!("LABEL_{i}"))
-            })
-            .collect()
+        let n = if self.id2label.is_empty() { self.num_labels.unwrap_or(2) } else { self.id2label.len() };
+        (0..n).map(|i| self.id2label.get(&i.to_string()).cloned().unwrap_or_else(|| format!("LABEL_{i}"))).collect()
     }
 }
 
@@ -105,21 +94,9 @@ mod tests {
         let t = cfg(r#"{"architectures":["XLMRobertaForSequenceClassification"],
                         "id2label":{"1":"pos","0":"neg"},"problem_type":"multi_label_classification"}"#)
         .task();
-        assert_eq!(
-            t,
-            Task::Classify {
-                labels: vec!["neg".into(), "pos".into()],
-                multi_label: true
-            }
-        );
+        assert_eq!(t, Task::Classify { labels: vec!["neg".into(), "pos".into()], multi_label: true });
         // No id2label: transformers' default of two labels.
         let t = cfg(r#"{"architectures":["BertForSequenceClassification"]}"#).task();
-        assert_eq!(
-            t,
-            Task::Classify {
-                labels: vec!["LABEL_0".into(), "LABEL_1".into()],
-                multi_label: false
-            }
-        );
+        assert_eq!(t, Task::Classify { labels: vec!["LABEL_0".into(), "LABEL_1".into()], multi_label: false });
     }
 }

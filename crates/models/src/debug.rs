@@ -59,9 +59,8 @@ pub fn debug_vector(ids: &[u32]) -> Vec<f32> {
 
 impl Model for DebugModel {
     fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        let seqs: Vec<&[u32]> = (0..batch.len())
-            .map(|i| &batch.input_ids[batch.cu_seqlens[i]..batch.cu_seqlens[i + 1]])
-            .collect();
+        let seqs: Vec<&[u32]> =
+            (0..batch.len()).map(|i| &batch.input_ids[batch.cu_seqlens[i]..batch.cu_seqlens[i + 1]]).collect();
         if seqs.iter().any(|s| contains(s, "__panic__")) {
             panic!("debug engine: __panic__ in the batch");
         }
@@ -71,9 +70,7 @@ impl Model for DebugModel {
         if seqs.iter().any(|s| contains(s, "__slow__")) {
             std::thread::sleep(SLOW_BATCH);
         }
-        Ok(Output {
-            vectors: seqs.into_iter().map(debug_vector).collect(),
-        })
+        Ok(Output { vectors: seqs.into_iter().map(debug_vector).collect() })
     }
 }
 

@@ -35,14 +35,8 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) 
         if e.kind() == std::io::ErrorKind::NotFound {
             ModelError::MissingFile(path.to_path_buf())
         } else {
-            ModelError::BadFile {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            }
+            ModelError::BadFile { path: path.to_path_buf(), reason: e.to_string() }
         }
     })?;
-    serde_json::from_str(&text).map_err(|e| ModelError::BadFile {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+    serde_json::from_str(&text).map_err(|e| ModelError::BadFile { path: path.to_path_buf(), reason: e.to_string() })
 }

@@ -22,6 +22,16 @@ impl HostLinear {
         Ok(HostLinear { w, b, inp })
     }
 
+    /// A layer whose checkpoint has no bias (ColBERT's projection); its width is read from the weight.
+    pub fn load_no_bias(vb: VarBuilder, inp: usize) -> candle_core::Result<Self> {
+        let t = vb.get_unchecked("weight")?;
+        let (out, k) = t.dims2()?;
+        if k != inp {
+            candle_core::bail!("{}.weight is [{out}, {k}], expected [_, {inp}]", vb.prefix());
+        }
+        Ok(HostLinear { w: t.flatten_all()?.to_vec1::<f32>()?, b: vec![0.0; out], inp })
+    }
+
     pub fn out_dim(&self) -> usize {
         self.b.len()
     }
@@ -41,6 +51,9 @@ pub enum Head {
     /// Sequence classification from the first token: `out(tanh(dense(h[0])))`. BERT calls `dense` the
     /// pooler; RoBERTa keeps both inside its classification head. The output is the logits.
     Classifier { dense: HostLinear, out: HostLinear },
+    /// Late interaction: every token projected and L2-normalized; the output is the token vectors,
+    /// row-major, `len × proj.out_dim()`.
+    MultiVector { proj: HostLinear },
 }
 
 impl Head {
@@ -59,6 +72,14 @@ impl Head {
                         }
                         v
                     }
+                    Head::MultiVector { proj } => seq
+                        .chunks_exact(h)
+                        .flat_map(|token| {
+                            let mut v = proj.apply(token);
+                            l2_normalize(&mut v);
+                            v
+                        })
+                        .collect(),
                     Head::Classifier { dense, out } => {
                         let first = if seq.len() >= h { &seq[..h] } else { &[][..] };
                         let mut x = dense.apply(first);
@@ -77,34 +98,19 @@ mod tests {
 
     #[test]
     fn linear_is_w_x_plus_b() {
-        let l = HostLinear {
-            w: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-            b: vec![0.5, -1.0],
-            inp: 3,
-        };
+        let l = HostLinear { w: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], b: vec![0.5, -1.0], inp: 3 };
         assert_eq!(l.apply(&[1.0, 0.0, -1.0]), vec![-1.5, -3.0]);
         assert_eq!(l.out_dim(), 2);
     }
 
     #[test]
     fn classifier_reads_the_first_token() {
-        let ident = HostLinear {
-            w: vec![1.0, 0.0, 0.0, 1.0],
-            b: vec![0.0, 0.0],
-            inp: 2,
-        };
-        let sum = HostLinear {
-            w: vec![1.0, 1.0],
-            b: vec![0.0],
-            inp: 2,
-        };
+        let ident = HostLinear { w: vec![1.0, 0.0, 0.0, 1.0], b: vec![0.0, 0.0], inp: 2 };
+        let sum = HostLinear { w: vec![1.0, 1.0], b: vec![0.0], inp: 2 };
         let head = Head::Classifier { dense: ident, out: sum };
         let mut b = Batch::new();
         b.push(&[1, 2], &[0, 0]);
-        let states = TokenStates {
-            hidden: 2,
-            data: vec![0.5, -0.5, 9.0, 9.0],
-        };
+        let states = TokenStates { hidden: 2, data: vec![0.5, -0.5, 9.0, 9.0] };
         let out = head.apply(&states, &b);
         assert!((out[0][0] - (0.5f32.tanh() + (-0.5f32).tanh())).abs() < 1e-6);
     }

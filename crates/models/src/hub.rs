@@ -89,10 +89,7 @@ fn wanted(file: &str) -> bool {
 }
 
 fn download(model_id: &str, revision: &str, cache: &Path, progress: bool) -> Result<PathBuf, ModelError> {
-    let err = |reason: String| ModelError::Download {
-        model: model_id.into(),
-        reason,
-    };
+    let err = |reason: String| ModelError::Download { model: model_id.into(), reason };
     let mut builder = ApiBuilder::new()
         .with_cache_dir(cache.to_path_buf())
         .with_progress(progress)
@@ -101,18 +98,9 @@ fn download(model_id: &str, revision: &str, cache: &Path, progress: bool) -> Res
         builder = builder.with_endpoint(endpoint.trim_end_matches('/').to_string());
     }
     let api = builder.build().map_err(|e| err(e.to_string()))?;
-    let repo = api.repo(Repo::with_revision(
-        model_id.to_string(),
-        RepoType::Model,
-        revision.to_string(),
-    ));
+    let repo = api.repo(Repo::with_revision(model_id.to_string(), RepoType::Model, revision.to_string()));
     let info = repo.info().map_err(|e| err(format!("listing the repository: {e}")))?;
-    let files: Vec<String> = info
-        .siblings
-        .into_iter()
-        .map(|s| s.rfilename)
-        .filter(|f| wanted(f))
-        .collect();
+    let files: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).filter(|f| wanted(f)).collect();
     if !files.iter().any(|f| f == "config.json") {
         return Err(err("the repository has no config.json".into()));
     }
@@ -150,14 +138,8 @@ mod tests {
         std::fs::create_dir_all(repo.join("snapshots/abc123")).unwrap();
         std::fs::write(repo.join("refs/main"), "abc123").unwrap();
         std::fs::write(repo.join("snapshots/abc123/config.json"), "{}").unwrap();
-        assert_eq!(
-            cached_snapshot(&cache, "org/m", "main"),
-            Some(repo.join("snapshots/abc123"))
-        );
-        assert_eq!(
-            cached_snapshot(&cache, "org/m", "abc123"),
-            Some(repo.join("snapshots/abc123"))
-        );
+        assert_eq!(cached_snapshot(&cache, "org/m", "main"), Some(repo.join("snapshots/abc123")));
+        assert_eq!(cached_snapshot(&cache, "org/m", "abc123"), Some(repo.join("snapshots/abc123")));
         assert_eq!(cached_snapshot(&cache, "org/m", "v2"), None);
         assert_eq!(cached_snapshot(&cache, "org/other", "main"), None);
         std::fs::remove_dir_all(&cache).unwrap();

@@ -107,9 +107,7 @@ impl FromStr for DType {
             "auto" => Ok(DType::Auto),
             "float32" | "fp32" | "f32" => Ok(DType::Float32),
             "int8" => Ok(DType::Int8),
-            other => Err(format!(
-                "dtype `{other}` is not supported (expected auto, float32 or int8)"
-            )),
+            other => Err(format!("dtype `{other}` is not supported (expected auto, float32 or int8)")),
         }
     }
 }
@@ -171,10 +169,7 @@ fn load_bert_family(
             if int8 {
                 tracing::info!("int8 linear layers ({} kernel)", crate::cpu::qgemm::kernel_name());
             }
-            (
-                Box::new(FastBert::load(bert::root(vb.clone()), &cfg, flavor, int8)?),
-                "aleph-cpu",
-            )
+            (Box::new(FastBert::load(bert::root(vb.clone()), &cfg, flavor, int8)?), "aleph-cpu")
         }
         Backend::Candle if opts.dtype == DType::Int8 => {
             return Err(ModelError::InvalidOption(
@@ -185,19 +180,14 @@ fn load_bert_family(
     };
     let h = cfg.hidden_size;
     let (head, dim) = match &task {
-        Task::Embed => (
-            Head::Pool {
-                pooling,
-                normalize: st.normalize,
-            },
-            h,
-        ),
+        Task::Embed => (Head::Pool { pooling, normalize: st.normalize }, h),
+        Task::MultiVector => {
+            let proj = HostLinear::load_no_bias(vb.pp("linear"), h).map_err(|e| ModelError::Weights(e.to_string()))?;
+            let dim = proj.out_dim();
+            (Head::MultiVector { proj }, dim)
+        }
         Task::Rerank | Task::Classify { .. } => {
-            let labels = if let Task::Classify { labels, .. } = &task {
-                labels.len()
-            } else {
-                1
-            };
+            let labels = if let Task::Classify { labels, .. } = &task { labels.len() } else { 1 };
             let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
             let (dense, out) = match flavor {
                 Flavor::Bert => (bert::root(vb.clone()).pp("pooler").pp("dense"), vb.pp("classifier")),
@@ -213,11 +203,7 @@ fn load_bert_family(
     let info = ModelInfo {
         task,
         backend,
-        architecture: arch
-            .architectures
-            .first()
-            .cloned()
-            .unwrap_or_else(|| arch.model_type.clone()),
+        architecture: arch.architectures.first().cloned().unwrap_or_else(|| arch.model_type.clone()),
         dim,
         window,
         // Aleph's CPU path packs sequences end to end; candle's pads them to the longest.
@@ -226,21 +212,13 @@ fn load_bert_family(
         normalize: st.normalize,
         weight_bytes: if backend == "candle" {
             // candle maps the files and pages weights in as they are used.
-            safetensors_files(dir)?
-                .iter()
-                .filter_map(|f| std::fs::metadata(f).ok())
-                .map(|m| m.len())
-                .sum()
+            safetensors_files(dir)?.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum()
         } else {
             encoder.weight_bytes()
         },
     };
     let model = EncoderModel { encoder, head };
-    Ok(LoadedModel {
-        model: Box::new(model),
-        tokenizer,
-        info,
-    })
+    Ok(LoadedModel { model: Box::new(model), tokenizer, info })
 }
 
 /// Memory-maps the folder's safetensors: `model.safetensors`, or the shards an index names.
@@ -253,12 +231,8 @@ fn var_builder(dir: &Path, device: &candle_core::Device) -> Result<VarBuilder<'s
     }
     // SAFETY: the files are memory-mapped read-only; Aleph never writes to model files, and a
     // concurrent writer is outside what any HF loader guards against.
-    unsafe { VarBuilder::from_mmaped_safetensors(&files, candle_core::DType::F32, device) }.map_err(|e| {
-        ModelError::BadFile {
-            path: files[0].clone(),
-            reason: e.to_string(),
-        }
-    })
+    unsafe { VarBuilder::from_mmaped_safetensors(&files, candle_core::DType::F32, device) }
+        .map_err(|e| ModelError::BadFile { path: files[0].clone(), reason: e.to_string() })
 }
 
 fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
@@ -290,8 +264,6 @@ impl Model for EncoderModel {
             return Ok(Output::default());
         }
         let states = self.encoder.encode(batch)?;
-        Ok(Output {
-            vectors: self.head.apply(&states, batch),
-        })
+        Ok(Output { vectors: self.head.apply(&states, batch) })
     }
 }

@@ -27,9 +27,7 @@ impl FromStr for PoolingChoice {
             "mean" => Ok(PoolingChoice::Fixed(Pooling::Mean)),
             "cls" => Ok(PoolingChoice::Fixed(Pooling::Cls)),
             "last-token" | "lasttoken" => Ok(PoolingChoice::Fixed(Pooling::LastToken)),
-            other => Err(format!(
-                "unknown pooling method `{other}` (expected auto, mean, cls or last-token)"
-            )),
+            other => Err(format!("unknown pooling method `{other}` (expected auto, mean, cls or last-token)")),
         }
     }
 }
@@ -92,10 +90,7 @@ mod tests {
     #[test]
     fn parses_choices() {
         assert_eq!("auto".parse::<PoolingChoice>().unwrap(), PoolingChoice::Auto);
-        assert_eq!(
-            "last-token".parse::<PoolingChoice>().unwrap(),
-            PoolingChoice::Fixed(Pooling::LastToken)
-        );
+        assert_eq!("last-token".parse::<PoolingChoice>().unwrap(), PoolingChoice::Fixed(Pooling::LastToken));
         assert!("max".parse::<PoolingChoice>().is_err());
     }
 }

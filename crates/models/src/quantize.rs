@@ -30,9 +30,7 @@ impl FromStr for EmbeddingDtype {
             "uint8" => Ok(Self::Uint8),
             "binary" => Ok(Self::Binary),
             "ubinary" => Ok(Self::Ubinary),
-            other => Err(format!(
-                "unknown embedding dtype `{other}` (float32, int8, uint8, binary, ubinary)"
-            )),
+            other => Err(format!("unknown embedding dtype `{other}` (float32, int8, uint8, binary, ubinary)")),
         }
     }
 }
@@ -102,10 +100,7 @@ pub fn quantize(dtype: EmbeddingDtype, v: &[f32], calibration: Option<&Calibrati
             .chunks(8)
             .map(|bits| {
                 // numpy's packbits: the first dimension is the most significant bit.
-                let byte = bits
-                    .iter()
-                    .enumerate()
-                    .fold(0u32, |acc, (i, &x)| acc | (((x > 0.0) as u32) << (7 - i)));
+                let byte = bits.iter().enumerate().fold(0u32, |acc, (i, &x)| acc | (((x > 0.0) as u32) << (7 - i)));
                 if dtype == EmbeddingDtype::Binary {
                     byte as f32 - 128.0
                 } else {
@@ -133,19 +128,9 @@ mod tests {
         let cal = Calibration::from_vectors(&[vec![-1.0, 0.0], vec![1.0, 2.0]]).unwrap();
         // dim 0: min -1, step 2/255; x = 0 → floor(127.5) = 127 → int8 -1. dim 1: x = max gives 254.99998
         // in f32 (as in numpy's float32 arithmetic), so 254.
-        assert_eq!(
-            quantize(EmbeddingDtype::Uint8, &[0.0, 2.0], Some(&cal)),
-            vec![127.0, 254.0]
-        );
-        assert_eq!(
-            quantize(EmbeddingDtype::Int8, &[0.0, 2.0], Some(&cal)),
-            vec![-1.0, 126.0]
-        );
-        assert_eq!(
-            quantize(EmbeddingDtype::Int8, &[-5.0, 9.0], Some(&cal)),
-            vec![-128.0, 127.0],
-            "clamped"
-        );
+        assert_eq!(quantize(EmbeddingDtype::Uint8, &[0.0, 2.0], Some(&cal)), vec![127.0, 254.0]);
+        assert_eq!(quantize(EmbeddingDtype::Int8, &[0.0, 2.0], Some(&cal)), vec![-1.0, 126.0]);
+        assert_eq!(quantize(EmbeddingDtype::Int8, &[-5.0, 9.0], Some(&cal)), vec![-128.0, 127.0], "clamped");
     }
 
     #[test]

@@ -44,10 +44,8 @@ impl TextTokenizer {
         if !path.exists() {
             return Err(ModelError::MissingFile(path.to_path_buf()));
         }
-        let inner = Tokenizer::from_file(path).map_err(|e| ModelError::BadFile {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let inner = Tokenizer::from_file(path)
+            .map_err(|e| ModelError::BadFile { path: path.to_path_buf(), reason: e.to_string() })?;
         Self::new(inner, window)
     }
 
@@ -61,18 +59,12 @@ impl TextTokenizer {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-        Ok(TextTokenizer {
-            kind: Kind::HuggingFace(Box::new(inner)),
-            window,
-        })
+        Ok(TextTokenizer { kind: Kind::HuggingFace(Box::new(inner)), window })
     }
 
     /// A byte tokenizer needing no files (ids 3..=258 are bytes, 1 and 2 frame the sequence).
     pub fn bytes(window: usize) -> Self {
-        TextTokenizer {
-            kind: Kind::Bytes,
-            window: window.max(2),
-        }
+        TextTokenizer { kind: Kind::Bytes, window: window.max(2) }
     }
 
     pub fn window(&self) -> usize {
@@ -84,13 +76,8 @@ impl TextTokenizer {
     pub fn encode_pair(&self, first: &str, second: &str) -> Result<Encoded, ModelError> {
         match &self.kind {
             Kind::HuggingFace(tok) => {
-                let enc = tok
-                    .encode_fast((first, second), true)
-                    .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-                Ok(Encoded {
-                    ids: enc.get_ids().to_vec(),
-                    type_ids: enc.get_type_ids().to_vec(),
-                })
+                let enc = tok.encode_fast((first, second), true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+                Ok(Encoded { ids: enc.get_ids().to_vec(), type_ids: enc.get_type_ids().to_vec() })
             }
             Kind::Bytes => {
                 let joined = format!("{first}\u{1f}{second}");
@@ -103,21 +90,13 @@ impl TextTokenizer {
     pub fn encode(&self, text: &str) -> Result<Encoded, ModelError> {
         match &self.kind {
             Kind::HuggingFace(tok) => {
-                let enc = tok
-                    .encode_fast(text, true)
-                    .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-                Ok(Encoded {
-                    ids: enc.get_ids().to_vec(),
-                    type_ids: enc.get_type_ids().to_vec(),
-                })
+                let enc = tok.encode_fast(text, true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+                Ok(Encoded { ids: enc.get_ids().to_vec(), type_ids: enc.get_type_ids().to_vec() })
             }
             Kind::Bytes => {
                 let body = text.bytes().take(self.window - 2).map(|b| b as u32 + 3);
                 let ids: Vec<u32> = std::iter::once(1).chain(body).chain(std::iter::once(2)).collect();
-                Ok(Encoded {
-                    type_ids: vec![0; ids.len()],
-                    ids,
-                })
+                Ok(Encoded { type_ids: vec![0; ids.len()], ids })
             }
         }
     }

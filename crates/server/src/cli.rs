@@ -44,12 +44,7 @@ pub struct ServeArgs {
     pub model_id: Vec<String>,
 
     /// Name the model is served as (the request's `model` field). Default: the last two path parts of the model id.
-    #[arg(
-        long,
-        env = "ALEPH_SERVED_MODEL_NAME",
-        value_delimiter = ';',
-        help_heading = "Models"
-    )]
+    #[arg(long, env = "ALEPH_SERVED_MODEL_NAME", value_delimiter = ';', help_heading = "Models")]
     pub served_model_name: Vec<String>,
 
     /// Hub revision (branch, tag or commit) to load.
@@ -59,23 +54,11 @@ pub struct ServeArgs {
     /// Compute backend: auto (Aleph's CPU kernels on CPU; torch and optimum are read as auto, so Infinity
     /// command lines work), candle (candle's tensor ops), or debugengine, a weight-free engine whose vectors
     /// are derived from the input (for benchmarks and tests).
-    #[arg(
-        long,
-        env = "ALEPH_ENGINE",
-        value_delimiter = ';',
-        default_value = "auto",
-        help_heading = "Models"
-    )]
+    #[arg(long, env = "ALEPH_ENGINE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub engine: Vec<String>,
 
     /// Most sequences in one forward pass.
-    #[arg(
-        long,
-        env = "ALEPH_BATCH_SIZE",
-        value_delimiter = ';',
-        default_value = "32",
-        help_heading = "Models"
-    )]
+    #[arg(long, env = "ALEPH_BATCH_SIZE", value_delimiter = ';', default_value = "32", help_heading = "Models")]
     pub batch_size: Vec<usize>,
 
     /// Most tokens in one forward pass, padding included when the backend pads.
@@ -89,33 +72,15 @@ pub struct ServeArgs {
     pub max_batch_tokens: Vec<usize>,
 
     /// Device: auto (a GPU when built with --features cuda and one is present, else the CPU), cpu, cuda, cuda:N.
-    #[arg(
-        long,
-        env = "ALEPH_DEVICE",
-        value_delimiter = ';',
-        default_value = "auto",
-        help_heading = "Models"
-    )]
+    #[arg(long, env = "ALEPH_DEVICE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub device: Vec<String>,
 
     /// Compute precision: auto or float32.
-    #[arg(
-        long,
-        env = "ALEPH_DTYPE",
-        value_delimiter = ';',
-        default_value = "auto",
-        help_heading = "Models"
-    )]
+    #[arg(long, env = "ALEPH_DTYPE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub dtype: Vec<String>,
 
     /// Pooling: auto (from the model's sentence-transformers files), mean, cls or last-token.
-    #[arg(
-        long,
-        env = "ALEPH_POOLING_METHOD",
-        value_delimiter = ';',
-        default_value = "auto",
-        help_heading = "Models"
-    )]
+    #[arg(long, env = "ALEPH_POOLING_METHOD", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub pooling_method: Vec<String>,
 
     /// Embedding output: float32, or int8 / uint8 (per-dimension ranges from a calibration corpus shipped in
@@ -143,12 +108,7 @@ pub struct ServeArgs {
     pub queue_size: usize,
 
     /// Most inputs in one request.
-    #[arg(
-        long,
-        env = "ALEPH_MAX_CLIENT_BATCH_SIZE",
-        default_value_t = 2048,
-        help_heading = "Serving"
-    )]
+    #[arg(long, env = "ALEPH_MAX_CLIENT_BATCH_SIZE", default_value_t = 2048, help_heading = "Serving")]
     pub max_client_batch_size: usize,
 
     /// Tokenizer threads, shared by all models. Default: the number of cores.
@@ -176,13 +136,7 @@ pub struct ServeArgs {
     pub url_prefix: String,
 
     /// Require `Authorization: Bearer <key>` on the API routes (/health stays open).
-    #[arg(
-        long,
-        env = "ALEPH_API_KEY",
-        default_value = "",
-        hide_env_values = true,
-        help_heading = "Server"
-    )]
+    #[arg(long, env = "ALEPH_API_KEY", default_value = "", hide_env_values = true, help_heading = "Server")]
     pub api_key: String,
 
     /// Log level: critical, error, warning, info, debug or trace.
@@ -266,10 +220,7 @@ impl ServeArgs {
             .map(|(i, id)| ModelSpec {
                 engine: engines[i],
                 model_id: id.clone(),
-                served_name: names[i]
-                    .clone()
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| default_served_name(id)),
+                served_name: names[i].clone().filter(|s| !s.is_empty()).unwrap_or_else(|| default_served_name(id)),
                 revision: revisions[i].clone().filter(|s| !s.is_empty()),
                 batch_size: batch[i].unwrap_or(32),
                 max_batch_tokens: tokens[i].unwrap_or(16384),
@@ -305,9 +256,7 @@ impl std::str::FromStr for Engine {
             "auto" | "torch" | "optimum" => Ok(Engine::Auto),
             "candle" => Ok(Engine::Candle),
             "debugengine" | "debug" => Ok(Engine::Debug),
-            other => Err(format!(
-                "unknown engine `{other}` (expected auto, candle or debugengine)"
-            )),
+            other => Err(format!("unknown engine `{other}` (expected auto, candle or debugengine)")),
         }
     }
 }
@@ -318,19 +267,13 @@ fn per_model<T: Clone>(flag: &str, values: &[T], models: usize) -> Result<Vec<Op
         0 => Ok(vec![None; models]),
         1 => Ok(vec![Some(values[0].clone()); models]),
         n if n == models => Ok(values.iter().cloned().map(Some).collect()),
-        n => Err(format!(
-            "{flag}: got {n} values for {models} models (give one value, or one per --model-id)"
-        )),
+        n => Err(format!("{flag}: got {n} values for {models} models (give one value, or one per --model-id)")),
     }
 }
 
 /// Infinity's rule: the last two parts of the model id's path.
 pub fn default_served_name(model_id: &str) -> String {
-    let parts: Vec<&str> = model_id
-        .trim_end_matches('/')
-        .split('/')
-        .filter(|p| !p.is_empty())
-        .collect();
+    let parts: Vec<&str> = model_id.trim_end_matches('/').split('/').filter(|p| !p.is_empty()).collect();
     parts[parts.len().saturating_sub(2)..].join("/")
 }
 
@@ -366,32 +309,12 @@ mod tests {
 
     #[test]
     fn broadcasts_and_zips_per_model_flags() {
-        let a = parse(&[
-            "aleph",
-            "v2",
-            "--model-id",
-            "x/a",
-            "--model-id",
-            "/m/y/b",
-            "--batch-size",
-            "8",
-        ]);
+        let a = parse(&["aleph", "v2", "--model-id", "x/a", "--model-id", "/m/y/b", "--batch-size", "8"]);
         let specs = a.model_specs().unwrap();
         assert_eq!(specs[0].batch_size, 8);
         assert_eq!(specs[1].batch_size, 8);
         assert_eq!(specs[1].served_name, "y/b");
-        let a = parse(&[
-            "aleph",
-            "v2",
-            "--model-id",
-            "a",
-            "--model-id",
-            "b",
-            "--batch-size",
-            "8",
-            "--batch-size",
-            "4",
-        ]);
+        let a = parse(&["aleph", "v2", "--model-id", "a", "--model-id", "b", "--batch-size", "8", "--batch-size", "4"]);
         let specs = a.model_specs().unwrap();
         assert_eq!((specs[0].batch_size, specs[1].batch_size), (8, 4));
     }

@@ -18,15 +18,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let specs = args.model_specs().map_err(|e| anyhow!(e))?;
     let metrics = install_metrics();
-    let workers = args
-        .tokenizer_workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let workers =
+        args.tokenizer_workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = Arc::new(TokenizerPool::new(workers));
     let state = Arc::new(AppState::new(
-        Limits {
-            max_client_batch_size: args.max_client_batch_size,
-            max_string_chars: MAX_STRING_CHARS,
-        },
+        Limits { max_client_batch_size: args.max_client_batch_size, max_string_chars: MAX_STRING_CHARS },
         metrics,
         Some(args.api_key.clone()).filter(|k| !k.is_empty()),
     ));
@@ -46,15 +42,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             },
         );
         let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .with_context(|| format!("binding {addr}"))?;
+        let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
         tracing::info!("loading models; listening on http://{}", listener.local_addr()?);
         let drain = Duration::from_secs_f64(args.drain_timeout);
         let shutdown = drain_on_signal(state.clone(), drain);
-        Some(tokio::spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(shutdown).await
-        }))
+        Some(tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await }))
     };
 
     let load = async {
@@ -69,10 +61,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let Some(mut server) = server else {
         let registry = load.await?;
-        tracing::info!(
-            "models loaded in {:.2} s; --preload-only given, exiting",
-            started.elapsed().as_secs_f64()
-        );
+        tracing::info!("models loaded in {:.2} s; --preload-only given, exiting", started.elapsed().as_secs_f64());
         registry.shutdown();
         return Ok(());
     };
@@ -101,27 +90,17 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
     let t0 = Instant::now();
     let ctx = || format!("loading model `{}`", spec.model_id);
     let opts = LoadOptions {
-        pooling: spec
-            .pooling_method
-            .parse()
-            .map_err(|e: String| anyhow!("--pooling-method: {e}"))?,
+        pooling: spec.pooling_method.parse().map_err(|e: String| anyhow!("--pooling-method: {e}"))?,
         dtype: spec.dtype.parse().map_err(|e: String| anyhow!("--dtype: {e}"))?,
         device: spec.device.parse().map_err(|e: String| anyhow!("--device: {e}"))?,
-        backend: if spec.engine == Engine::Candle {
-            Backend::Candle
-        } else {
-            Backend::Auto
-        },
+        backend: if spec.engine == Engine::Candle { Backend::Candle } else { Backend::Auto },
     };
     let (loaded, source) = match spec.engine {
         Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string()),
         Engine::Auto | Engine::Candle => {
             let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress).with_context(ctx)?;
-            (
-                aleph_models::load(&dir, &opts).with_context(ctx)?,
-                dir.display().to_string(),
-            )
+            (aleph_models::load(&dir, &opts).with_context(ctx)?, dir.display().to_string())
         }
     };
     if spec.max_batch_tokens < loaded.info.window {
@@ -149,21 +128,14 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
         max_batch_tokens: spec.max_batch_tokens,
         queue_size,
         warmup: spec.warmup,
-        embedding_dtype: spec
-            .embedding_dtype
-            .parse()
-            .map_err(|e: String| anyhow!("--embedding-dtype: {e}"))?,
+        embedding_dtype: spec.embedding_dtype.parse().map_err(|e: String| anyhow!("--embedding-dtype: {e}"))?,
     };
     ModelHandle::start(spec.served_name.clone(), loaded, config, pool).with_context(ctx)
 }
 
 fn install_metrics() -> Option<PrometheusHandle> {
-    let buckets = [
-        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-    ];
-    let sizes = [
-        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0, 65536.0,
-    ];
+    let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+    let sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0, 65536.0];
     PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
         .and_then(|b| b.set_buckets_for_metric(Matcher::Prefix("aleph_batch_".into()), &sizes))
@@ -194,10 +166,7 @@ async fn drain_on_signal(state: Arc<AppState>, limit: Duration) {
         _ = term => {},
     }
     state.begin_drain();
-    tracing::info!(
-        "shutdown signal received; draining {} in-flight requests",
-        state.in_flight()
-    );
+    tracing::info!("shutdown signal received; draining {} in-flight requests", state.in_flight());
     let deadline = Instant::now() + limit;
     while state.in_flight() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;

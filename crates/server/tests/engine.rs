@@ -25,9 +25,7 @@ fn a_failing_batch_fails_only_its_requests() {
     let s = debug_server(&[]);
     let ok = s.post_json("/embeddings", &json!({"input": ["fine"]})).json();
     for marker in ["__fail__", "__panic__"] {
-        let v = s
-            .post_json("/embeddings", &json!({"input": ["fine", marker]}))
-            .assert_error(500);
+        let v = s.post_json("/embeddings", &json!({"input": ["fine", marker]})).assert_error(500);
         assert!(v["error"]["message"].as_str().unwrap().contains(marker), "{v}");
         // The model keeps serving, with the same answers as before.
         let again = s.post_json("/embeddings", &json!({"input": ["fine"]})).json();
@@ -47,11 +45,7 @@ fn concurrent_failures_do_not_hang_or_leak_into_other_batches() {
         .map(|i| {
             let (s, barrier) = (s.clone(), barrier.clone());
             std::thread::spawn(move || {
-                let text = if i % 4 == 0 {
-                    format!("bad {i} __fail__")
-                } else {
-                    format!("good {i}")
-                };
+                let text = if i % 4 == 0 { format!("bad {i} __fail__") } else { format!("good {i}") };
                 barrier.wait();
                 (i, s.post_json("/embeddings", &json!({"input": text})).status)
             })
@@ -107,10 +101,7 @@ fn a_disconnected_clients_work_is_dropped_before_compute() {
     // 20 items queued behind the slow batch, then the client gives up.
     let body = json!({"input": (0..20).map(|i| format!("abandoned {i}")).collect::<Vec<_>>()}).to_string();
     let agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(100)).build();
-    let r = agent
-        .post(&format!("{}/embeddings", s.base))
-        .set("Content-Type", "application/json")
-        .send_string(&body);
+    let r = agent.post(&format!("{}/embeddings", s.base)).set("Content-Type", "application/json").send_string(&body);
     assert!(r.is_err(), "the request should time out while the model is busy");
     assert_eq!(slow.join().unwrap(), 200);
     std::thread::sleep(Duration::from_millis(200));
@@ -121,21 +112,12 @@ fn a_disconnected_clients_work_is_dropped_before_compute() {
 
 #[test]
 fn concurrent_requests_return_what_each_returns_alone() {
-    let s = Arc::new(Server::start(&[
-        "--model-id",
-        &minilm(),
-        "--no-model-warmup",
-        "--batch-size",
-        "16",
-    ]));
+    let s = Arc::new(Server::start(&["--model-id", &minilm(), "--no-model-warmup", "--batch-size", "16"]));
     let texts: Vec<String> = (0..200)
         .map(|i| {
             let words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"];
             let n = 1 + (i * 37) % 60;
-            (0..n)
-                .map(|k| words[(i + k) % words.len()])
-                .collect::<Vec<_>>()
-                .join(" ")
+            (0..n).map(|k| words[(i + k) % words.len()]).collect::<Vec<_>>().join(" ")
         })
         .collect();
     let solo: Vec<Vec<f32>> = texts
@@ -163,10 +145,7 @@ fn concurrent_requests_return_what_each_returns_alone() {
         assert!(c >= 0.99999, "request {i}: cosine {c} to its solo result");
     }
     let st = stats(&s);
-    assert!(
-        st["batches_total"].as_u64().unwrap() < 400,
-        "requests were batched together: {st}"
-    );
+    assert!(st["batches_total"].as_u64().unwrap() < 400, "requests were batched together: {st}");
 }
 
 #[test]
@@ -175,11 +154,8 @@ fn sigterm_drains_in_flight_requests_then_exits_zero() {
     let base = s.base.clone();
     let in_flight = std::thread::spawn(move || {
         let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
-        let r = agent
-            .post(&format!("{base}/embeddings"))
-            .send_string(r#"{"input":"__slow__"}"#);
-        r.map(|r| r.status())
-            .unwrap_or_else(|e| panic!("in-flight request failed: {e}"))
+        let r = agent.post(&format!("{base}/embeddings")).send_string(r#"{"input":"__slow__"}"#);
+        r.map(|r| r.status()).unwrap_or_else(|e| panic!("in-flight request failed: {e}"))
     });
     std::thread::sleep(Duration::from_millis(100));
     let started = Instant::now();
@@ -235,10 +211,7 @@ fn health_is_503_while_loading_then_200() {
                 let body: serde_json::Value = r.into_json().unwrap();
                 assert_eq!(body["error"]["code"], 503, "{body}");
                 let posted = ureq::post(&format!("http://{addr}/embeddings")).send_string(r#"{"input":"x"}"#);
-                assert!(
-                    matches!(posted, Err(ureq::Error::Status(503, _))),
-                    "API refuses work while loading"
-                );
+                assert!(matches!(posted, Err(ureq::Error::Status(503, _))), "API refuses work while loading");
                 code
             }
             Err(e) => panic!("{e}"),
@@ -252,10 +225,7 @@ fn health_is_503_while_loading_then_200() {
         std::thread::sleep(Duration::from_millis(5));
     };
     assert_eq!(status, 200);
-    assert!(
-        loading > 0,
-        "never saw the loading state (warm-up of the full batch takes most of a second)"
-    );
+    assert!(loading > 0, "never saw the loading state (warm-up of the full batch takes most of a second)");
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -281,24 +251,12 @@ fn health_is_503_while_draining() {
         assert!(Instant::now() < deadline, "the slow batch never started");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &s.pid().to_string()])
-        .status();
+    let _ = std::process::Command::new("kill").args(["-TERM", &s.pid().to_string()]).status();
     std::thread::sleep(Duration::from_millis(50));
     let health = ureq::get(&format!("{base}/health")).call();
-    assert!(
-        matches!(health, Err(ureq::Error::Status(503, _))),
-        "draining: {health:?}"
-    );
+    assert!(matches!(health, Err(ureq::Error::Status(503, _))), "draining: {health:?}");
     let new_work = ureq::post(&format!("{base}/embeddings")).send_string(r#"{"input":"late"}"#);
-    assert!(
-        matches!(new_work, Err(ureq::Error::Status(503, _))),
-        "no new work while draining"
-    );
-    assert_eq!(
-        in_flight.join().unwrap().unwrap(),
-        200,
-        "the in-flight request completes"
-    );
+    assert!(matches!(new_work, Err(ureq::Error::Status(503, _))), "no new work while draining");
+    assert_eq!(in_flight.join().unwrap().unwrap(), 200, "the in-flight request completes");
     assert!(s.terminate().success());
 }

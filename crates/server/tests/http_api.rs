@@ -15,35 +15,18 @@ fn serve(extra: &[&str]) -> Server {
 #[test]
 fn embeddings_shape_ids_and_key_order() {
     let s = serve(&["--served-model-name", "mini"]);
-    let r = s.post(
-        "/embeddings",
-        r#"{"input":["Hello world","Another one"],"model":"whatever"}"#,
-    );
+    let r = s.post("/embeddings", r#"{"input":["Hello world","Another one"],"model":"whatever"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("content-type"), Some("application/json"));
     // Infinity's key order on the wire.
-    let keys: Vec<usize> = [
-        "\"object\"",
-        "\"data\"",
-        "\"model\"",
-        "\"usage\"",
-        "\"id\"",
-        "\"created\"",
-    ]
-    .iter()
-    .map(|k| r.body.find(k).unwrap())
-    .collect();
-    assert!(
-        keys.windows(2).all(|w| w[0] < w[1]),
-        "{}",
-        &r.body[r.body.len() - 200..]
-    );
+    let keys: Vec<usize> = ["\"object\"", "\"data\"", "\"model\"", "\"usage\"", "\"id\"", "\"created\""]
+        .iter()
+        .map(|k| r.body.find(k).unwrap())
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]), "{}", &r.body[r.body.len() - 200..]);
     let v = r.json();
     assert_eq!(v["object"], "list");
-    assert_eq!(
-        v["model"], "mini",
-        "a single model answers to any name, and echoes its own"
-    );
+    assert_eq!(v["model"], "mini", "a single model answers to any name, and echoes its own");
     assert!(v["id"].as_str().unwrap().starts_with("infinity-"));
     assert!(v["created"].as_u64().unwrap() > 1_700_000_000);
     assert_eq!(v["data"][1]["object"], "embedding");
@@ -64,32 +47,15 @@ fn embeddings_shape_ids_and_key_order() {
 fn base64_equals_float_and_dimensions_slice() {
     let s = serve(&[]);
     let float = s.post_json("/embeddings", &json!({"input": "Hello world"})).json();
-    let b64 = s
-        .post_json(
-            "/embeddings",
-            &json!({"input": "Hello world", "encoding_format": "base64"}),
-        )
-        .json();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64["data"][0]["embedding"].as_str().unwrap())
-        .unwrap();
-    let decoded: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let b64 = s.post_json("/embeddings", &json!({"input": "Hello world", "encoding_format": "base64"})).json();
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let decoded: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(decoded, floats(&float["data"][0]["embedding"]), "bit-identical");
 
-    let sliced = s
-        .post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 8}))
-        .json();
-    assert_eq!(
-        floats(&sliced["data"][0]["embedding"]),
-        decoded[..8].to_vec(),
-        "a prefix, not re-normalized"
-    );
-    let zero = s
-        .post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 0}))
-        .json();
+    let sliced = s.post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 8})).json();
+    assert_eq!(floats(&sliced["data"][0]["embedding"]), decoded[..8].to_vec(), "a prefix, not re-normalized");
+    let zero = s.post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 0})).json();
     assert_eq!(floats(&zero["data"][0]["embedding"]).len(), 384);
     for bad in [385, -1, 100000] {
         let r = s.post_json("/embeddings", &json!({"input": "x", "dimensions": bad}));
@@ -130,10 +96,7 @@ fn schema_errors_are_422_in_the_openai_envelope() {
     let long = "x".repeat(122_881);
     s.post_json("/embeddings", &json!({"input": [long]})).assert_error(422);
     // Unknown fields are ignored, as in Infinity.
-    assert_eq!(
-        s.post("/embeddings", r#"{"input":"a","extra":{"deep":[1]}}"#).status,
-        200
-    );
+    assert_eq!(s.post("/embeddings", r#"{"input":"a","extra":{"deep":[1]}}"#).status, 200);
     // The server still answers.
     assert_eq!(s.post("/embeddings", r#"{"input":"still here"}"#).status, 200);
 }
@@ -144,9 +107,7 @@ fn statuses_for_routes_methods_capabilities_and_size() {
     s.get("/nope").assert_error(404);
     s.request("DELETE", "/embeddings", None, &[]).assert_error(405);
     s.get("/embeddings").assert_error(405);
-    let v = s
-        .post("/embeddings", r#"{"input":"a","modality":"image"}"#)
-        .assert_error(400);
+    let v = s.post("/embeddings", r#"{"input":"a","modality":"image"}"#).assert_error(400);
     assert!(v["error"]["message"].as_str().unwrap().contains("embed"), "{v}");
     let big = json!({"input": "y".repeat(5000)}).to_string();
     s.post("/embeddings", &big).assert_error(413);
@@ -209,57 +170,27 @@ fn api_key_guards_the_api_but_not_health() {
     let json_ct = ("Content-Type", "application/json");
     let v = s.request("POST", "/embeddings", body, &[json_ct]).assert_error(401);
     assert!(!v.to_string().contains("s3cret"));
-    s.request(
-        "POST",
-        "/embeddings",
-        body,
-        &[json_ct, ("Authorization", "Bearer wrong")],
-    )
-    .assert_error(401);
-    s.request("GET", "/models", None, &[("Authorization", "Bearer s3cre")])
-        .assert_error(401);
-    let ok = s.request(
-        "POST",
-        "/v1/embeddings",
-        body,
-        &[json_ct, ("Authorization", "Bearer s3cret")],
-    );
+    s.request("POST", "/embeddings", body, &[json_ct, ("Authorization", "Bearer wrong")]).assert_error(401);
+    s.request("GET", "/models", None, &[("Authorization", "Bearer s3cre")]).assert_error(401);
+    let ok = s.request("POST", "/v1/embeddings", body, &[json_ct, ("Authorization", "Bearer s3cret")]);
     assert_eq!(ok.status, 200);
-    assert_eq!(
-        s.request("GET", "/models", None, &[("Authorization", "Bearer s3cret")])
-            .status,
-        200
-    );
+    assert_eq!(s.request("GET", "/models", None, &[("Authorization", "Bearer s3cret")]).status, 200);
     assert_eq!(s.get("/health").status, 200);
     assert!(!s.logs().contains("s3cret"), "the key is never logged");
 }
 
 #[test]
 fn several_models_route_by_name() {
-    let s = serve(&[
-        "--model-id",
-        &minilm(),
-        "--served-model-name",
-        "a;b",
-        "--batch-size",
-        "4;8",
-    ]);
+    let s = serve(&["--model-id", &minilm(), "--served-model-name", "a;b", "--batch-size", "4;8"]);
     let a = s.post_json("/embeddings", &json!({"input": "x", "model": "a"})).json();
     assert_eq!(a["model"], "a");
     let b = s.post_json("/embeddings", &json!({"input": "x", "model": "b"})).json();
     assert_eq!(b["model"], "b");
-    let v = s
-        .post_json("/embeddings", &json!({"input": "x", "model": "c"}))
-        .assert_error(404);
+    let v = s.post_json("/embeddings", &json!({"input": "x", "model": "c"})).assert_error(404);
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(msg.contains("`a`") || (msg.contains("a") && msg.contains("b")), "{msg}");
     let models = s.get("/models").json();
-    let sizes: Vec<_> = models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["stats"]["batch_size"].clone())
-        .collect();
+    let sizes: Vec<_> = models["data"].as_array().unwrap().iter().map(|m| m["stats"]["batch_size"].clone()).collect();
     assert_eq!(sizes, vec![json!(4), json!(8)]);
 }
 
@@ -269,16 +200,7 @@ fn start_up_errors_name_the_problem() {
     let m = minilm();
     let e = err(&["--model-id", &m, "--model-id", &m]);
     assert!(e.contains("unique"), "{e}");
-    let e = err(&[
-        "--model-id",
-        &m,
-        "--model-id",
-        &m,
-        "--model-id",
-        &m,
-        "--served-model-name",
-        "a;b",
-    ]);
+    let e = err(&["--model-id", &m, "--model-id", &m, "--model-id", &m, "--served-model-name", "a;b"]);
     assert!(e.contains("--served-model-name"), "{e}");
     let e = err(&["--model-id", "/no/such/model/dir"]);
     assert!(e.contains("/no/such/model/dir"), "{e}");
@@ -294,12 +216,7 @@ fn broken_model_folders_stop_start_up_with_a_clear_reason() {
     let make = |name: &str, edit: &dyn Fn(&std::path::Path)| {
         let dir = tmp.join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        for f in [
-            "config.json",
-            "tokenizer.json",
-            "modules.json",
-            "sentence_bert_config.json",
-        ] {
+        for f in ["config.json", "tokenizer.json", "modules.json", "sentence_bert_config.json"] {
             std::fs::copy(src.join(f), dir.join(f)).unwrap();
         }
         std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
@@ -309,18 +226,8 @@ fn broken_model_folders_stop_start_up_with_a_clear_reason() {
         dir.to_string_lossy().into_owned()
     };
     let cases: Vec<(String, &str)> = vec![
-        (
-            make("no-weights", &|d| {
-                std::fs::remove_file(d.join("model.safetensors")).unwrap()
-            }),
-            "model.safetensors",
-        ),
-        (
-            make("bad-json", &|d| {
-                std::fs::write(d.join("config.json"), "{ nope").unwrap()
-            }),
-            "config.json",
-        ),
+        (make("no-weights", &|d| std::fs::remove_file(d.join("model.safetensors")).unwrap()), "model.safetensors"),
+        (make("bad-json", &|d| std::fs::write(d.join("config.json"), "{ nope").unwrap()), "config.json"),
         (
             make("bad-shape", &|d| {
                 let cfg = std::fs::read_to_string(d.join("config.json")).unwrap();
@@ -332,32 +239,18 @@ fn broken_model_folders_stop_start_up_with_a_clear_reason() {
             }),
             "intermediate.dense.weight",
         ),
-        (
-            make("no-tokenizer", &|d| {
-                std::fs::remove_file(d.join("tokenizer.json")).unwrap()
-            }),
-            "tokenizer.json",
-        ),
+        (make("no-tokenizer", &|d| std::fs::remove_file(d.join("tokenizer.json")).unwrap()), "tokenizer.json"),
         (
             make("corrupt-weights", &|d| {
                 std::fs::remove_file(d.join("model.safetensors")).unwrap();
-                std::fs::write(
-                    d.join("model.safetensors"),
-                    b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}",
-                )
-                .unwrap();
+                std::fs::write(d.join("model.safetensors"), b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}").unwrap();
             }),
             "model.safetensors",
         ),
     ];
     for (dir, needle) in cases {
-        let e = Server::try_start(&["--model-id", &dir, "--no-model-warmup"], &[])
-            .err()
-            .expect("must not start");
-        assert!(
-            e.contains(&dir) && e.contains(needle),
-            "{dir}: expected `{needle}` in\n{e}"
-        );
+        let e = Server::try_start(&["--model-id", &dir, "--no-model-warmup"], &[]).err().expect("must not start");
+        assert!(e.contains(&dir) && e.contains(needle), "{dir}: expected `{needle}` in\n{e}");
         assert!(!e.contains("panicked"), "{e}");
     }
     std::fs::remove_dir_all(&tmp).unwrap();
@@ -368,15 +261,9 @@ fn environment_configures_like_flags() {
     let m = minilm();
     let s = Server::start_with_env(
         &["--no-model-warmup"],
-        &[
-            ("INFINITY_MODEL_ID", &m),
-            ("ALEPH_SERVED_MODEL_NAME", "from-env"),
-            ("INFINITY_API_KEY", "k"),
-        ],
+        &[("INFINITY_MODEL_ID", &m), ("ALEPH_SERVED_MODEL_NAME", "from-env"), ("INFINITY_API_KEY", "k")],
     );
-    let r = s
-        .request("GET", "/models", None, &[("Authorization", "Bearer k")])
-        .json();
+    let r = s.request("GET", "/models", None, &[("Authorization", "Bearer k")]).json();
     assert_eq!(r["data"][0]["id"], "from-env");
     s.get("/models").assert_error(401);
 }
@@ -384,10 +271,7 @@ fn environment_configures_like_flags() {
 #[test]
 fn help_lists_flags_with_env_and_defaults() {
     for args in [&["--help"][..], &["v2", "--help"][..]] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_aleph"))
-            .args(args)
-            .output()
-            .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_aleph")).args(args).output().unwrap();
         assert!(out.status.success());
         let text = String::from_utf8_lossy(&out.stdout);
         for flag in [
@@ -411,10 +295,7 @@ fn help_lists_flags_with_env_and_defaults() {
         ] {
             assert!(text.contains(flag), "{flag} missing from {args:?} help");
         }
-        assert!(
-            text.contains("ALEPH_PORT") && text.contains("[default: 7997]"),
-            "{text}"
-        );
+        assert!(text.contains("ALEPH_PORT") && text.contains("[default: 7997]"), "{text}");
     }
 }
 

@@ -38,10 +38,7 @@ async fn info(
     Path((org, name, rev)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    hub.log.lock().unwrap().push(format!(
-        "info {org}/{name}@{rev} auth={:?}",
-        headers.get(header::AUTHORIZATION)
-    ));
+    hub.log.lock().unwrap().push(format!("info {org}/{name}@{rev} auth={:?}", headers.get(header::AUTHORIZATION)));
     if org != "sentence-transformers" || name != "all-MiniLM-L6-v2" {
         return (StatusCode::NOT_FOUND, "Repository not found").into_response();
     }
@@ -63,37 +60,21 @@ async fn resolve(
     let size = bytes.len();
     let mut out = HeaderMap::new();
     out.insert("x-repo-commit", SHA.parse().unwrap());
-    out.insert(
-        header::ETAG,
-        format!("\"etag-{}\"", file.replace('/', "-")).parse().unwrap(),
-    );
-    let range = headers
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|r| r.strip_prefix("bytes="));
+    out.insert(header::ETAG, format!("\"etag-{}\"", file.replace('/', "-")).parse().unwrap());
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).and_then(|r| r.strip_prefix("bytes="));
     let Some(range) = range else {
         return (StatusCode::OK, out, bytes).into_response();
     };
     let (start, end) = range.split_once('-').unwrap();
     let start: usize = start.parse().unwrap();
-    let end: usize = if end.is_empty() {
-        size - 1
-    } else {
-        end.parse::<usize>().unwrap().min(size - 1)
-    };
-    out.insert(
-        header::CONTENT_RANGE,
-        format!("bytes {start}-{end}/{size}").parse().unwrap(),
-    );
+    let end: usize = if end.is_empty() { size - 1 } else { end.parse::<usize>().unwrap().min(size - 1) };
+    out.insert(header::CONTENT_RANGE, format!("bytes {start}-{end}/{size}").parse().unwrap());
     (StatusCode::PARTIAL_CONTENT, out, bytes[start..=end].to_vec()).into_response()
 }
 
 /// Starts the fake hub on a background thread; returns its URL and request log.
 fn start_hub() -> (String, Arc<Mutex<Vec<String>>>) {
-    let hub = Hub {
-        dir: common::minilm_dir(),
-        log: Arc::new(Mutex::new(Vec::new())),
-    };
+    let hub = Hub { dir: common::minilm_dir(), log: Arc::new(Mutex::new(Vec::new())) };
     let log = hub.log.clone();
     let app = Router::new()
         .route("/api/models/{org}/{name}/revision/{rev}", get(info))
@@ -101,10 +82,7 @@ fn start_hub() -> (String, Arc<Mutex<Vec<String>>>) {
         .with_state(hub);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
@@ -129,11 +107,7 @@ fn downloads_from_the_hub_then_serves_from_the_cache_offline() {
     let _ = std::fs::remove_dir_all(&home);
     let home_s = home.to_string_lossy().into_owned();
     let id = "sentence-transformers/all-MiniLM-L6-v2";
-    let env = [
-        ("HF_HOME", home_s.as_str()),
-        ("HF_ENDPOINT", endpoint.as_str()),
-        ("HF_TOKEN", "hf_test_token"),
-    ];
+    let env = [("HF_HOME", home_s.as_str()), ("HF_ENDPOINT", endpoint.as_str()), ("HF_TOKEN", "hf_test_token")];
 
     let s = Server::start_with_env(&["--model-id", id, "--no-model-warmup"], &env);
     let body = s.post_json("/embeddings", &json!({"input": "Hello world"})).json();
@@ -142,29 +116,15 @@ fn downloads_from_the_hub_then_serves_from_the_cache_offline() {
     drop(s);
 
     let requests = log.lock().unwrap().clone();
-    assert!(
-        requests.iter().any(|r| r.contains("hf_test_token")),
-        "HF_TOKEN is sent: {requests:?}"
-    );
+    assert!(requests.iter().any(|r| r.contains("hf_test_token")), "HF_TOKEN is sent: {requests:?}");
     assert!(requests.iter().any(|r| r.ends_with("/model.safetensors")));
-    assert!(
-        !requests
-            .iter()
-            .any(|r| r.contains("pytorch_model.bin") || r.contains("onnx")),
-        "{requests:?}"
-    );
-    let snapshot = home
-        .join("hub/models--sentence-transformers--all-MiniLM-L6-v2/snapshots")
-        .join(SHA);
+    assert!(!requests.iter().any(|r| r.contains("pytorch_model.bin") || r.contains("onnx")), "{requests:?}");
+    let snapshot = home.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/snapshots").join(SHA);
     assert!(snapshot.join("1_Pooling/config.json").exists(), "hub cache layout");
 
     // Offline: the cache alone serves it, and the hub is not asked.
     let before = log.lock().unwrap().len();
-    let offline = [
-        ("HF_HOME", home_s.as_str()),
-        ("HF_ENDPOINT", endpoint.as_str()),
-        ("HF_HUB_OFFLINE", "1"),
-    ];
+    let offline = [("HF_HOME", home_s.as_str()), ("HF_ENDPOINT", endpoint.as_str()), ("HF_HUB_OFFLINE", "1")];
     let s = Server::start_with_env(&["--model-id", id, "--no-model-warmup"], &offline);
     assert_eq!(s.post_json("/embeddings", &json!({"input": "Hello world"})).status, 200);
     drop(s);
@@ -174,23 +134,15 @@ fn downloads_from_the_hub_then_serves_from_the_cache_offline() {
     assert_eq!(log.lock().unwrap().len(), before, "no hub traffic when offline");
 
     // Offline and not cached: a clear error naming the model.
-    let e = Server::try_start(&["--model-id", "org/missing", "--no-model-warmup"], &offline)
-        .err()
-        .unwrap();
+    let e = Server::try_start(&["--model-id", "org/missing", "--no-model-warmup"], &offline).err().unwrap();
     assert!(e.contains("org/missing") && e.contains("HF_HUB_OFFLINE"), "{e}");
     // Online but unknown to the hub.
-    let e = Server::try_start(&["--model-id", "org/missing", "--no-model-warmup"], &env)
-        .err()
-        .unwrap();
+    let e = Server::try_start(&["--model-id", "org/missing", "--no-model-warmup"], &env).err().unwrap();
     assert!(e.contains("org/missing"), "{e}");
 
     // HF_HUB_CACHE takes precedence over HF_HOME.
     let cache = home.join("hub").to_string_lossy().into_owned();
-    let elsewhere = [
-        ("HF_HOME", "/nonexistent"),
-        ("HF_HUB_CACHE", cache.as_str()),
-        ("HF_HUB_OFFLINE", "1"),
-    ];
+    let elsewhere = [("HF_HOME", "/nonexistent"), ("HF_HUB_CACHE", cache.as_str()), ("HF_HUB_OFFLINE", "1")];
     let s = Server::start_with_env(&["--model-id", id, "--no-model-warmup"], &elsewhere);
     drop(s);
     std::fs::remove_dir_all(&home).unwrap();

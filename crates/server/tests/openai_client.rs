@@ -8,13 +8,7 @@ use common::{minilm, repo_root, Server};
 #[test]
 fn openai_python_sdk_embeddings() {
     let python = std::env::var("ALEPH_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let s = Server::start(&[
-        "--model-id",
-        &minilm(),
-        "--served-model-name",
-        "all-MiniLM-L6-v2",
-        "--no-model-warmup",
-    ]);
+    let s = Server::start(&["--model-id", &minilm(), "--served-model-name", "all-MiniLM-L6-v2", "--no-model-warmup"]);
     let script = repo_root().join("tests/python/openai_embeddings.py");
     for base in [format!("{}/v1", s.base), s.base.clone()] {
         let out = std::process::Command::new(&python)

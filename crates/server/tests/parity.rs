@@ -12,12 +12,7 @@ fn fixtures() -> (Vec<String>, Vec<Vec<f32>>, Vec<u64>) {
         serde_json::from_str(&std::fs::read_to_string(dir.join("sentences.json")).unwrap()).unwrap();
     let reference: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
     let vectors = reference["vectors"].as_array().unwrap().iter().map(floats).collect();
-    let counts = reference["token_counts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_u64().unwrap())
-        .collect();
+    let counts = reference["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
     (sentences, vectors, counts)
 }
 
@@ -61,11 +56,7 @@ fn check_parity(server: &Server) {
         assert!(c >= 0.9999, "sentence {i} {:?}: cosine {c}", sentences[i]);
     }
     eprintln!("worst cosine over {} sentences: {worst:.7}", sentences.len());
-    assert_eq!(
-        body["usage"]["prompt_tokens"],
-        counts.iter().sum::<u64>(),
-        "usage counts real tokens"
-    );
+    assert_eq!(body["usage"]["prompt_tokens"], counts.iter().sum::<u64>(), "usage counts real tokens");
 
     // One by one: the same vectors whatever the batch composition.
     for i in [0, 1, 2, 21, 28, sentences.len() - 1] {
@@ -104,9 +95,7 @@ fn quantized_output_matches_sentence_transformers() {
     ]);
     for dtype in dtypes {
         let expected = reference["quantized_first_12"][dtype].as_array().unwrap();
-        let body = server
-            .post_json("/embeddings", &json!({"model": dtype, "input": &sentences[..12]}))
-            .json();
+        let body = server.post_json("/embeddings", &json!({"model": dtype, "input": &sentences[..12]})).json();
         let (mut equal, mut total, mut flipped_bits) = (0, 0, 0);
         for (i, want) in expected.iter().enumerate() {
             let got = floats(&body["data"][i]["embedding"]);
@@ -129,38 +118,20 @@ fn quantized_output_matches_sentence_transformers() {
                 }
             }
         }
-        assert!(
-            equal as f64 >= 0.97 * total as f64,
-            "{dtype}: only {equal}/{total} identical"
-        );
+        assert!(equal as f64 >= 0.97 * total as f64, "{dtype}: only {equal}/{total} identical");
         assert!(flipped_bits <= 4, "{dtype}: {flipped_bits} sign bits differ");
     }
     // Binary bits are the signs of the float vector, so `dimensions` cuts before packing.
-    let f = server
-        .post_json(
-            "/embeddings",
-            &json!({"model": "int8", "input": "Hello world", "dimensions": 16}),
-        )
-        .json();
+    let f = server.post_json("/embeddings", &json!({"model": "int8", "input": "Hello world", "dimensions": 16})).json();
     assert_eq!(floats(&f["data"][0]["embedding"]).len(), 16);
-    let b = server
-        .post_json(
-            "/embeddings",
-            &json!({"model": "ubinary", "input": "Hello world", "dimensions": 16}),
-        )
-        .json();
+    let b =
+        server.post_json("/embeddings", &json!({"model": "ubinary", "input": "Hello world", "dimensions": 16})).json();
     assert_eq!(floats(&b["data"][0]["embedding"]), vec![114.0, 120.0]);
     let v = server
-        .post_json(
-            "/embeddings",
-            &json!({"model": "binary", "input": "x", "encoding_format": "base64"}),
-        )
+        .post_json("/embeddings", &json!({"model": "binary", "input": "x", "encoding_format": "base64"}))
         .assert_error(400);
     assert_eq!(v["error"]["param"], "encoding_format");
-    let b64 = server.post_json(
-        "/embeddings",
-        &json!({"model": "int8", "input": "x", "encoding_format": "base64"}),
-    );
+    let b64 = server.post_json("/embeddings", &json!({"model": "int8", "input": "x", "encoding_format": "base64"}));
     assert_eq!(b64.status, 200, "int8 as base64 float32, as Infinity");
 }
 
@@ -170,9 +141,8 @@ fn int8_weights_stay_close() {
     let (sentences, reference, _) = fixtures();
     let server = Server::start(&["--model-id", &minilm(), "--no-model-warmup", "--dtype", "int8"]);
     let body = server.post_json("/embeddings", &json!({"input": sentences})).json();
-    let cos: Vec<f64> = (0..sentences.len())
-        .map(|i| cosine(&floats(&body["data"][i]["embedding"]), &reference[i]))
-        .collect();
+    let cos: Vec<f64> =
+        (0..sentences.len()).map(|i| cosine(&floats(&body["data"][i]["embedding"]), &reference[i])).collect();
     let mean = cos.iter().sum::<f64>() / cos.len() as f64;
     let min = cos.iter().copied().fold(1.0, f64::min);
     eprintln!("int8: mean cosine {mean:.6}, min {min:.6}");

@@ -18,22 +18,12 @@ fn reference(name: &str) -> Value {
 
 /// All five tiny models in one process, each under its folder name.
 fn serve_all() -> Server {
-    let names = [
-        "bert-rerank",
-        "xlmr-rerank",
-        "bert-classify",
-        "bert-multilabel",
-        "xlmr-embed",
-    ];
+    let names = ["bert-rerank", "xlmr-rerank", "bert-classify", "bert-multilabel", "xlmr-embed"];
     let mut args: Vec<String> = Vec::new();
     for n in names {
         args.extend(["--model-id".into(), tiny(n).to_string_lossy().into_owned()]);
     }
-    args.extend([
-        "--served-model-name".into(),
-        names.join(";"),
-        "--no-model-warmup".into(),
-    ]);
+    args.extend(["--served-model-name".into(), names.join(";"), "--no-model-warmup".into()]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     Server::start(&refs)
 }
@@ -45,12 +35,7 @@ fn sigmoid(x: f64) -> f64 {
 fn check_reranker(s: &Server, name: &str) {
     let r = reference(name);
     let docs = r["documents"].as_array().unwrap();
-    let logits: Vec<f64> = r["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l[0].as_f64().unwrap())
-        .collect();
+    let logits: Vec<f64> = r["logits"].as_array().unwrap().iter().map(|l| l[0].as_f64().unwrap()).collect();
     let body = json!({"model": name, "query": r["query"], "documents": docs, "raw_scores": true});
     let out = s.post_json("/rerank", &body).json();
     assert_eq!(out["object"], "rerank");
@@ -65,16 +50,8 @@ fn check_reranker(s: &Server, name: &str) {
     }
     let scores: Vec<f64> = results.iter().map(|r| r["relevance_score"].as_f64().unwrap()).collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "sorted best first: {scores:?}");
-    let tokens: u64 = r["token_counts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        out["usage"]["total_tokens"], tokens,
-        "usage counts the pairs' real tokens"
-    );
+    let tokens: u64 = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
+    assert_eq!(out["usage"]["total_tokens"], tokens, "usage counts the pairs' real tokens");
 
     // Default: sigmoid of the logit; top_n keeps the best; documents echoed on request.
     let body = json!({"model": name, "query": r["query"], "documents": docs, "top_n": 2, "return_documents": true});
@@ -86,19 +63,9 @@ fn check_reranker(s: &Server, name: &str) {
         assert!((res["relevance_score"].as_f64().unwrap() - sigmoid(logits[i])).abs() < 1e-4);
         assert_eq!(res["document"], docs[i]);
     }
-    assert!(
-        (results[0]["relevance_score"].as_f64().unwrap() - sigmoid(scores[0])).abs() < 1e-6,
-        "best first"
-    );
-    let all = s.post_json(
-        "/rerank",
-        &json!({"model": name, "query": "q", "documents": ["a", "b"], "top_n": 50}),
-    );
-    assert_eq!(
-        all.json()["results"].as_array().unwrap().len(),
-        2,
-        "top_n past the list returns all"
-    );
+    assert!((results[0]["relevance_score"].as_f64().unwrap() - sigmoid(scores[0])).abs() < 1e-6, "best first");
+    let all = s.post_json("/rerank", &json!({"model": name, "query": "q", "documents": ["a", "b"], "top_n": 50}));
+    assert_eq!(all.json()["results"].as_array().unwrap().len(), 2, "top_n past the list returns all");
 }
 
 #[test]
@@ -115,9 +82,7 @@ fn classifiers_match_transformers() {
         let r = reference(name);
         let multi = r["problem_type"] == "multi_label_classification";
         let texts = r["texts"].clone();
-        let raw = s
-            .post_json("/classify", &json!({"model": name, "input": texts, "raw_scores": true}))
-            .json();
+        let raw = s.post_json("/classify", &json!({"model": name, "input": texts, "raw_scores": true})).json();
         assert_eq!(raw["object"], "classify");
         let probs = s.post_json("/classify", &json!({"model": name, "input": texts})).json();
         let cfg: Value =
@@ -139,9 +104,7 @@ fn classifiers_match_transformers() {
                 let scores: Vec<f64> = got.iter().map(|g| g["score"].as_f64().unwrap()).collect();
                 assert!(scores.windows(2).all(|w| w[0] >= w[1]), "sorted: {scores:?}");
                 for g in got {
-                    let k = (0..logits.len())
-                        .find(|&k| label(k) == g["label"])
-                        .expect("known label");
+                    let k = (0..logits.len()).find(|&k| label(k) == g["label"]).expect("known label");
                     let score = g["score"].as_f64().unwrap();
                     assert!(
                         (score - expected[k]).abs() < 1e-4,
@@ -151,21 +114,11 @@ fn classifiers_match_transformers() {
                 }
             }
         }
-        let tokens: u64 = r["token_counts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c.as_u64().unwrap())
-            .sum();
+        let tokens: u64 = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
         assert_eq!(raw["usage"]["prompt_tokens"], tokens);
     }
     // A single string is accepted too.
-    let one = s
-        .post_json(
-            "/classify",
-            &json!({"model": "bert-classify", "input": "I love this movie"}),
-        )
-        .json();
+    let one = s.post_json("/classify", &json!({"model": "bert-classify", "input": "I love this movie"})).json();
     assert_eq!(one["data"].as_array().unwrap().len(), 1);
 }
 
@@ -173,28 +126,14 @@ fn classifiers_match_transformers() {
 fn xlm_roberta_embedder_matches_sentence_transformers() {
     let s = serve_all();
     let r = reference("xlmr-embed");
-    let out = s
-        .post_json("/embeddings", &json!({"model": "xlmr-embed", "input": r["texts"]}))
-        .json();
+    let out = s.post_json("/embeddings", &json!({"model": "xlmr-embed", "input": r["texts"]})).json();
     for (i, expected) in r["vectors"].as_array().unwrap().iter().enumerate() {
         let got = floats(&out["data"][i]["embedding"]);
         let expected = floats(expected);
-        let max_diff = got
-            .iter()
-            .zip(&expected)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
-        assert!(
-            max_diff < 1e-4 && cosine(&got, &expected) > 0.9999,
-            "text {i}: max diff {max_diff}"
-        );
+        let max_diff = got.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(max_diff < 1e-4 && cosine(&got, &expected) > 0.9999, "text {i}: max diff {max_diff}");
     }
-    let tokens: u64 = r["token_counts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_u64().unwrap())
-        .sum();
+    let tokens: u64 = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
     assert_eq!(out["usage"]["prompt_tokens"], tokens);
 }
 
@@ -218,30 +157,12 @@ fn capabilities_and_wrong_task_errors() {
             ("xlmr-embed".into(), json!(["embed"])),
         ]
     );
-    let v = s
-        .post_json(
-            "/rerank",
-            &json!({"model": "xlmr-embed", "query": "q", "documents": ["d"]}),
-        )
-        .assert_error(400);
-    assert!(
-        v["error"]["message"].as_str().unwrap().contains("supports: embed"),
-        "{v}"
-    );
-    let v = s
-        .post_json("/embeddings", &json!({"model": "bert-rerank", "input": "x"}))
-        .assert_error(400);
-    assert!(
-        v["error"]["message"].as_str().unwrap().contains("supports: rerank"),
-        "{v}"
-    );
-    s.post_json("/classify", &json!({"model": "bert-rerank", "input": ["x"]}))
-        .assert_error(400);
-    s.post_json(
-        "/rerank",
-        &json!({"model": "bert-classify", "query": "q", "documents": ["d"]}),
-    )
-    .assert_error(400);
+    let v = s.post_json("/rerank", &json!({"model": "xlmr-embed", "query": "q", "documents": ["d"]})).assert_error(400);
+    assert!(v["error"]["message"].as_str().unwrap().contains("supports: embed"), "{v}");
+    let v = s.post_json("/embeddings", &json!({"model": "bert-rerank", "input": "x"})).assert_error(400);
+    assert!(v["error"]["message"].as_str().unwrap().contains("supports: rerank"), "{v}");
+    s.post_json("/classify", &json!({"model": "bert-rerank", "input": ["x"]})).assert_error(400);
+    s.post_json("/rerank", &json!({"model": "bert-classify", "query": "q", "documents": ["d"]})).assert_error(400);
 }
 
 #[test]
@@ -249,41 +170,24 @@ fn rerank_and_classify_schema_errors() {
     let s = serve_all();
     let m = "bert-rerank";
     for (body, param) in [
-        (
-            json!({"model": m, "query": "q", "documents": ["d"], "top_n": 0}),
-            Some("top_n"),
-        ),
-        (
-            json!({"model": m, "query": "q", "documents": ["d"], "top_n": -3}),
-            Some("top_n"),
-        ),
+        (json!({"model": m, "query": "q", "documents": ["d"], "top_n": 0}), Some("top_n")),
+        (json!({"model": m, "query": "q", "documents": ["d"], "top_n": -3}), Some("top_n")),
         (json!({"model": m, "query": "q", "documents": []}), Some("documents")),
         (json!({"model": m, "documents": ["d"]}), None),
         (json!({"model": m, "query": "q"}), None),
         (json!({"model": m, "query": 5, "documents": ["d"]}), Some("query")),
         (json!({"model": m, "query": "q", "documents": "d"}), Some("documents")),
-        (
-            json!({"model": m, "query": "q", "documents": ["d"], "raw_scores": "yes"}),
-            Some("raw_scores"),
-        ),
+        (json!({"model": m, "query": "q", "documents": ["d"], "raw_scores": "yes"}), Some("raw_scores")),
     ] {
         let v = s.post_json("/rerank", &body).assert_error(422);
         if let Some(p) = param {
             assert_eq!(v["error"]["param"], p, "{body}: {v}");
         }
     }
-    for body in [
-        json!({"model": "bert-classify", "input": []}),
-        json!({"model": "bert-classify"}),
-    ] {
+    for body in [json!({"model": "bert-classify", "input": []}), json!({"model": "bert-classify"})] {
         s.post_json("/classify", &body).assert_error(422);
     }
     let long = "y".repeat(122_881);
-    s.post_json("/rerank", &json!({"model": m, "query": long, "documents": ["d"]}))
-        .assert_error(422);
-    assert_eq!(
-        s.post_json("/v1/rerank", &json!({"model": m, "query": "q", "documents": ["d"]}))
-            .status,
-        200
-    );
+    s.post_json("/rerank", &json!({"model": m, "query": long, "documents": ["d"]})).assert_error(422);
+    assert_eq!(s.post_json("/v1/rerank", &json!({"model": m, "query": "q", "documents": ["d"]})).status, 200);
 }

@@ -83,10 +83,7 @@ impl Dense {
     fn load(vb: VarBuilder, inp: usize, out: usize) -> candle_core::Result<Self> {
         let w = vb.get((out, inp), "weight")?;
         let b = vb.get(out, "bias")?;
-        Ok(Dense {
-            weight_t: w.t()?.contiguous()?,
-            bias: b,
-        })
+        Ok(Dense { weight_t: w.t()?.contiguous()?, bias: b })
     }
 
     /// Concatenates several layers with the same input into one wider layer.
@@ -94,10 +91,7 @@ impl Dense {
         let (ws, bs): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
         let w = Tensor::cat(&ws, 0)?;
         let b = Tensor::cat(&bs, 0)?;
-        Ok(Dense {
-            weight_t: w.t()?.contiguous()?,
-            bias: b,
-        })
+        Ok(Dense { weight_t: w.t()?.contiguous()?, bias: b })
     }
 
     /// `x`: `[rows, in]` → `[rows, out]`.
@@ -119,21 +113,12 @@ impl Embeddings {
         let word = candle_nn::embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?;
         let position = candle_nn::embedding(cfg.max_position_embeddings, h, vb.pp("position_embeddings"))?;
         let token_type = if cfg.type_vocab_size > 0 {
-            Some(candle_nn::embedding(
-                cfg.type_vocab_size,
-                h,
-                vb.pp("token_type_embeddings"),
-            )?)
+            Some(candle_nn::embedding(cfg.type_vocab_size, h, vb.pp("token_type_embeddings"))?)
         } else {
             None
         };
         let norm = candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("LayerNorm"))?;
-        Ok(Embeddings {
-            word,
-            position,
-            token_type,
-            norm,
-        })
+        Ok(Embeddings { word, position, token_type, norm })
     }
 
     /// `ids`, `type_ids`: `[b, l]`; `positions`: `[l]`. Returns `[b, l, h]`.
@@ -322,11 +307,7 @@ impl Encoder for Bert {
     }
 
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
-        let padded = self
-            .forward(batch)?
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        let padded = self.forward(batch)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         Ok(TokenStates::from_padded(&padded, batch, self.hidden))
     }
 }

@@ -30,10 +30,7 @@ struct Norm {
 
 impl Norm {
     fn load(vb: VarBuilder, h: usize) -> candle_core::Result<Self> {
-        Ok(Norm {
-            gamma: host(vb.get(h, "weight")?)?,
-            beta: host(vb.get(h, "bias")?)?,
-        })
+        Ok(Norm { gamma: host(vb.get(h, "weight")?)?, beta: host(vb.get(h, "bias")?)? })
     }
 }
 
@@ -118,11 +115,7 @@ impl FastBert {
         let act = match cfg.hidden_act.as_str() {
             "gelu" => Act::GeluErf,
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Act::GeluTanh,
-            other => {
-                return Err(ModelError::Unsupported(format!(
-                    "hidden_act `{other}` on the fast CPU path"
-                )))
-            }
+            other => return Err(ModelError::Unsupported(format!("hidden_act `{other}` on the fast CPU path"))),
         };
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
@@ -133,23 +126,13 @@ impl FastBert {
         }
         let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
         let emb = vb.pp("embeddings");
-        let word = host(
-            emb.pp("word_embeddings")
-                .get((cfg.vocab_size, h), "weight")
-                .map_err(weights)?,
-        )
-        .map_err(weights)?;
-        let position = host(
-            emb.pp("position_embeddings")
-                .get((cfg.max_position_embeddings, h), "weight")
-                .map_err(weights)?,
-        )
-        .map_err(weights)?;
-        let token_type = if cfg.type_vocab_size > 1 {
-            let t = emb
-                .pp("token_type_embeddings")
-                .get((cfg.type_vocab_size, h), "weight")
+        let word =
+            host(emb.pp("word_embeddings").get((cfg.vocab_size, h), "weight").map_err(weights)?).map_err(weights)?;
+        let position =
+            host(emb.pp("position_embeddings").get((cfg.max_position_embeddings, h), "weight").map_err(weights)?)
                 .map_err(weights)?;
+        let token_type = if cfg.type_vocab_size > 1 {
+            let t = emb.pp("token_type_embeddings").get((cfg.type_vocab_size, h), "weight").map_err(weights)?;
             Some(host(t).map_err(weights)?)
         } else if cfg.type_vocab_size == 1 {
             // One type: its row is a constant, folded into every token below.
@@ -219,11 +202,7 @@ impl FastBert {
                 ops::add_assign(row, &self.position[pos * h..(pos + 1) * h]);
                 if let Some(tt) = &self.token_type {
                     let types = tt.len() / h;
-                    let ty = if types == 1 {
-                        0
-                    } else {
-                        (batch.token_type_ids[start + t] as usize).min(types - 1)
-                    };
+                    let ty = if types == 1 { 0 } else { (batch.token_type_ids[start + t] as usize).min(types - 1) };
                     ops::add_assign(row, &tt[ty * h..(ty + 1) * h]);
                 }
                 ops::layer_norm(self.isa, row, &self.emb_norm.gamma, &self.emb_norm.beta, self.eps);
@@ -259,12 +238,7 @@ impl FastBert {
                 let mut scratch = scratch.borrow_mut();
                 let Scratch { scores, keys, values } = &mut *scratch;
                 let base = r0 * 3 * h + head * hd;
-                let q = MatRef {
-                    data: &qkv[base..],
-                    rows: n,
-                    cols: hd,
-                    ld: 3 * h,
-                };
+                let q = MatRef { data: &qkv[base..], rows: n, cols: hd, ld: 3 * h };
                 keys.repack(hd, n, &qkv[base + h..], 1, 3 * h);
                 scores.clear();
                 scores.resize(n * n, 0.0);
@@ -273,12 +247,7 @@ impl FastBert {
                     ops::softmax(isa, row, scale);
                 }
                 values.repack(n, hd, &qkv[base + 2 * h..], 3 * h, 1);
-                let p = MatRef {
-                    data: scores,
-                    rows: n,
-                    cols: n,
-                    ld: n,
-                };
+                let p = MatRef { data: scores, rows: n, cols: n, ld: n };
                 // SAFETY: this task alone writes rows r0..r0+n, columns head·hd..(head+1)·hd of ctx.
                 let dst = unsafe { std::slice::from_raw_parts_mut(out.at(r0 * h + head * hd), (n - 1) * h + hd) };
                 gemm(p, values, dst, h, Epilogue::None, false);
@@ -345,30 +314,13 @@ impl Encoder for FastBert {
         let mut mid = vec![0f32; t * h];
         let mut inter = vec![0f32; t * self.inter];
         for layer in &self.layers {
-            let xm = MatRef {
-                data: &x,
-                rows: t,
-                cols: h,
-                ld: h,
-            };
+            let xm = MatRef { data: &x, rows: t, cols: h, ld: h };
             layer.qkv.forward(xm, &mut qkv, 3 * h, Epilogue::Bias(&layer.qkv.b));
             self.attention(&qkv, &mut ctx, batch);
-            let cm = MatRef {
-                data: &ctx,
-                rows: t,
-                cols: h,
-                ld: h,
-            };
-            layer
-                .attn_out
-                .forward(cm, &mut mid, h, Epilogue::BiasResidual(&layer.attn_out.b, &x));
+            let cm = MatRef { data: &ctx, rows: t, cols: h, ld: h };
+            layer.attn_out.forward(cm, &mut mid, h, Epilogue::BiasResidual(&layer.attn_out.b, &x));
             self.norm_rows(&mut mid, &layer.attn_norm);
-            let mm = MatRef {
-                data: &mid,
-                rows: t,
-                cols: h,
-                ld: h,
-            };
+            let mm = MatRef { data: &mid, rows: t, cols: h, ld: h };
             let epi = match self.act {
                 Act::GeluErf => Epilogue::BiasGelu(&layer.ffn_in.b),
                 Act::GeluTanh => Epilogue::Bias(&layer.ffn_in.b),
@@ -377,15 +329,8 @@ impl Encoder for FastBert {
             if let Act::GeluTanh = self.act {
                 ops::gelu_tanh(self.isa, &mut inter);
             }
-            let im = MatRef {
-                data: &inter,
-                rows: t,
-                cols: self.inter,
-                ld: self.inter,
-            };
-            layer
-                .ffn_out
-                .forward(im, &mut x, h, Epilogue::BiasResidual(&layer.ffn_out.b, &mid));
+            let im = MatRef { data: &inter, rows: t, cols: self.inter, ld: self.inter };
+            layer.ffn_out.forward(im, &mut x, h, Epilogue::BiasResidual(&layer.ffn_out.b, &mid));
             self.norm_rows(&mut x, &layer.out_norm);
         }
         Ok(TokenStates { hidden: h, data: x })

@@ -158,25 +158,14 @@ pub fn gemm(a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, epi: Epilogue, pa
         return;
     }
     let isa = Isa::get();
-    let out = Out {
-        ptr: c.as_mut_ptr(),
-        ld: ldc,
-    };
+    let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
     let panels = n.div_ceil(b.nr);
     let mr = isa.mr();
     let micro = m.div_ceil(mr);
-    let threads = if parallel {
-        super::pool().current_num_threads()
-    } else {
-        1
-    };
+    let threads = if parallel { super::pool().current_num_threads() } else { 1 };
     // Balanced contiguous row ranges, one per thread; columns are split too when rows are few.
     let m_tasks = if micro >= 4 * threads { threads } else { 1 };
-    let n_splits = if m_tasks >= threads {
-        1
-    } else {
-        threads.div_ceil(m_tasks).min(panels)
-    };
+    let n_splits = if m_tasks >= threads { 1 } else { threads.div_ceil(m_tasks).min(panels) };
     let tasks = m_tasks * n_splits;
     let run = |t: usize| {
         let (mt, ns) = (t / n_splits, t % n_splits);
@@ -462,14 +451,7 @@ mod tests {
 
     #[test]
     fn matches_naive_on_awkward_shapes() {
-        for &(m, n, k) in &[
-            (1, 1, 1),
-            (7, 13, 5),
-            (13, 33, 300),
-            (100, 70, 513),
-            (37, 384, 384),
-            (3, 1152, 20),
-        ] {
+        for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (13, 33, 300), (100, 70, 513), (37, 384, 384), (3, 1152, 20)] {
             let a = data(m * k, 1);
             let w = data(n * k, 2);
             let bias = data(n, 3);
@@ -477,12 +459,7 @@ mod tests {
             let packed = PackedB::pack(k, n, &w, 1, k);
             for parallel in [false, true] {
                 let mut c = vec![f32::NAN; m * n];
-                let a_ref = MatRef {
-                    data: &a,
-                    rows: m,
-                    cols: k,
-                    ld: k,
-                };
+                let a_ref = MatRef { data: &a, rows: m, cols: k, ld: k };
                 gemm(a_ref, &packed, &mut c, n, Epilogue::BiasResidual(&bias, &res), parallel);
                 let want = naive(m, n, k, &a, &w);
                 for i in 0..m * n {
@@ -505,19 +482,7 @@ mod tests {
         let b = data(k * n, 6);
         let packed = PackedB::pack(k, n, &b, n, 1);
         let mut c = vec![0f32; m * ldc];
-        gemm(
-            MatRef {
-                data: &a,
-                rows: m,
-                cols: k,
-                ld: lda,
-            },
-            &packed,
-            &mut c,
-            ldc,
-            Epilogue::None,
-            true,
-        );
+        gemm(MatRef { data: &a, rows: m, cols: k, ld: lda }, &packed, &mut c, ldc, Epilogue::None, true);
         for i in 0..m {
             for j in 0..n {
                 let want: f32 = (0..k).map(|p| a[i * lda + p] * b[p * n + j]).sum();

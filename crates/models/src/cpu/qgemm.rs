@@ -72,14 +72,7 @@ impl PackedI8 {
                 data[p * kp * NR + ((kk / 4) * NR + jj) * 4 + kk % 4] = q;
             }
         }
-        PackedI8 {
-            k,
-            kp,
-            n,
-            data,
-            scales,
-            colsum,
-        }
+        PackedI8 { k, kp, n, data, scales, colsum }
     }
 
     pub fn n(&self) -> usize {
@@ -137,17 +130,10 @@ pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue
     if m == 0 || n == 0 {
         return;
     }
-    let out = Out {
-        ptr: c.as_mut_ptr(),
-        ld: ldc,
-    };
+    let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
     let panels = n.div_ceil(NR);
     let micro = m.div_ceil(MR);
-    let threads = if parallel {
-        super::pool().current_num_threads()
-    } else {
-        1
-    };
+    let threads = if parallel { super::pool().current_num_threads() } else { 1 };
     let m_tasks = if micro >= 4 * threads { threads } else { 1 };
     let n_splits = if m_tasks >= threads { 1 } else { threads.min(panels) };
     let run = |t: usize| {
@@ -210,16 +196,7 @@ unsafe fn block(
                     *d = (acc_row[j] - za * w.colsum[col0 + j]) as f32 * sa * w.scales[col0 + j];
                 }
             }
-            apply_epilogue(
-                isa,
-                epi,
-                out.ptr.add(row0 * out.ld + col0),
-                out.ld,
-                row0,
-                col0,
-                rows_here,
-                cols,
-            );
+            apply_epilogue(isa, epi, out.ptr.add(row0 * out.ld + col0), out.ld, row0, col0, rows_here, cols);
         }
     }
 }
@@ -263,9 +240,7 @@ mod x86 {
             let b1 = _mm512_loadu_si512(b.add(p * NR * 4 + 64) as *const _);
             macro_rules! row {
                 ($r:expr) => {
-                    let av = _mm512_set1_epi32(std::ptr::read_unaligned(
-                        a.add($r * lda + p * 4) as *const i32
-                    ));
+                    let av = _mm512_set1_epi32(std::ptr::read_unaligned(a.add($r * lda + p * 4) as *const i32));
                     s[$r][0] = _mm512_dpbusd_epi32(s[$r][0], av, b0);
                     s[$r][1] = _mm512_dpbusd_epi32(s[$r][1], av, b1);
                 };
@@ -316,19 +291,7 @@ mod tests {
             let bias: Vec<f32> = (0..n).map(|j| j as f32 / 100.0).collect();
             let packed = PackedI8::quantize(k, n, &w);
             let mut c = vec![f32::NAN; m * n];
-            gemm_i8(
-                MatRef {
-                    data: &a,
-                    rows: m,
-                    cols: k,
-                    ld: k,
-                },
-                &packed,
-                &mut c,
-                n,
-                Epilogue::Bias(&bias),
-                true,
-            );
+            gemm_i8(MatRef { data: &a, rows: m, cols: k, ld: k }, &packed, &mut c, n, Epilogue::Bias(&bias), true);
             for i in 0..m {
                 for j in 0..n {
                     let exact: f32 = (0..k).map(|p| a[i * k + p] * w[j * k + p]).sum::<f32>() + bias[j];

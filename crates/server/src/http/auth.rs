@@ -26,9 +26,6 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     match given {
         Some(key) if bool::from(key.as_bytes().ct_eq(expected.as_bytes())) => Ok(next.run(req).await),
         Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid API key")),
-        None => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "missing API key: send `Authorization: Bearer <key>`",
-        )),
+        None => Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing API key: send `Authorization: Bearer <key>`")),
     }
 }

@@ -46,11 +46,7 @@ async fn predict(state: &AppState, model: &ModelHandle, req: ClassifyRequest) ->
     };
     let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
     let out = model.run(texts.into_iter().map(Input::Text).collect()).await?;
-    let data = out
-        .vectors
-        .iter()
-        .map(|logits| label_scores(logits, labels, *multi_label, req.raw_scores))
-        .collect();
+    let data = out.vectors.iter().map(|logits| label_scores(logits, labels, *multi_label, req.raw_scores)).collect();
     let body = ClassifyResponse {
         object: "classify",
         data,
@@ -59,11 +55,7 @@ async fn predict(state: &AppState, model: &ModelHandle, req: ClassifyRequest) ->
         id: response_id(),
         created: unix_now() as u64,
     };
-    Ok((
-        timing_headers(out.tokenization_time, out.queue_time, out.inference_time),
-        Json(body),
-    )
-        .into_response())
+    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(body)).into_response())
 }
 
 /// Scores per label, best first: the logits, or their softmax (sigmoid for multi-label models).
@@ -78,14 +70,8 @@ pub fn label_scores(logits: &[f32], labels: &[String], multi_label: bool, raw: b
         let sum: f32 = exps.iter().sum();
         exps.iter().map(|e| e / sum).collect()
     };
-    let mut out: Vec<ClassifyLabel> = scores
-        .into_iter()
-        .zip(labels)
-        .map(|(score, label)| ClassifyLabel {
-            score,
-            label: label.clone(),
-        })
-        .collect();
+    let mut out: Vec<ClassifyLabel> =
+        scores.into_iter().zip(labels).map(|(score, label)| ClassifyLabel { score, label: label.clone() }).collect();
     out.sort_by(|a, b| b.score.total_cmp(&a.score));
     out
 }
@@ -101,10 +87,7 @@ mod tests {
     #[test]
     fn softmax_sorted() {
         let out = label_scores(&[0.0, 2.0, 1.0], &labels(), false, false);
-        assert_eq!(
-            out.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(),
-            vec!["b", "c", "a"]
-        );
+        assert_eq!(out.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), vec!["b", "c", "a"]);
         let total: f32 = out.iter().map(|l| l.score).sum();
         assert!((total - 1.0).abs() < 1e-6);
     }

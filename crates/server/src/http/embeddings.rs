@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use aleph_engine::{Input, ModelHandle};
 use aleph_models::quantize::EmbeddingDtype;
+use aleph_models::Task;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -58,28 +59,31 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         .with_param("encoding_format"));
     }
     let result = model.run(texts.into_iter().map(Input::Text).collect()).await?;
+    let multi = model.info().task == Task::MultiVector;
+    let dim = model.info().dim;
     let data = result
         .vectors
         .into_iter()
         .enumerate()
         .map(|(index, mut v)| {
+            if multi {
+                // One vector per token; `dimensions` cuts each vector (Infinity cuts the token list).
+                let rows: Vec<Vec<f32>> = v.chunks_exact(dim).map(|t| t[..dims].to_vec()).collect();
+                let embedding = match req.encoding_format {
+                    EncodingFormat::Float => EmbeddingValue::MultiFloat(rows),
+                    EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&rows.concat())),
+                };
+                return EmbeddingObject { object: "embedding", embedding, index };
+            }
             // Cut to the requested dimensions first, then quantize: `dimensions` counts dimensions
             // whatever the output type.
             v.truncate(dims);
-            let v = if dtype == EmbeddingDtype::Float32 {
-                v
-            } else {
-                model.quantize(&v)
-            };
+            let v = if dtype == EmbeddingDtype::Float32 { v } else { model.quantize(&v) };
             let embedding = match req.encoding_format {
                 EncodingFormat::Float => EmbeddingValue::Float(v),
                 EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&v)),
             };
-            EmbeddingObject {
-                object: "embedding",
-                embedding,
-                index,
-            }
+            EmbeddingObject { object: "embedding", embedding, index }
         })
         .collect();
     let body = EmbeddingResponse {
@@ -99,10 +103,10 @@ pub fn validate_dimensions(dimensions: Option<i64>, dim: usize) -> Result<usize,
     match dimensions {
         None | Some(0) => Ok(dim),
         Some(d) if d >= 1 && d as u64 <= dim as u64 => Ok(d as usize),
-        Some(d) => Err(ApiError::bad_request(format!(
-            "dimensions={d} is not in a valid range: select between 1 and {dim}"
-        ))
-        .with_param("dimensions")),
+        Some(d) => {
+            Err(ApiError::bad_request(format!("dimensions={d} is not in a valid range: select between 1 and {dim}"))
+                .with_param("dimensions"))
+        }
     }
 }
 

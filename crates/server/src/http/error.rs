@@ -34,12 +34,7 @@ pub struct ErrorDetail {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            message: message.into(),
-            param: None,
-            retry_after_secs: None,
-        }
+        ApiError { status, message: message.into(), param: None, retry_after_secs: None }
     }
 
     pub fn with_param(mut self, param: impl Into<String>) -> Self {
@@ -85,14 +80,10 @@ impl IntoResponse for ApiError {
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after_secs {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

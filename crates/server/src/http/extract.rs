@@ -17,10 +17,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request body is larger than the payload limit",
-                )
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body is larger than the payload limit")
             } else {
                 ApiError::bad_request(format!("cannot read request body: {rejection}"))
             }
@@ -32,11 +29,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 /// Decodes a JSON body, reporting the path of the offending field.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-        None => {
-            return Err(ApiError::unprocessable(
-                "request body is empty: a JSON object is required",
-            ))
-        }
+        None => return Err(ApiError::unprocessable("request body is empty: a JSON object is required")),
         // serde would also read a struct from a JSON array; the API takes objects only.
         Some(b'{') => {}
         Some(_) => return Err(ApiError::unprocessable("request body must be a JSON object")),

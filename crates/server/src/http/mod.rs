@@ -52,14 +52,8 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), track_in_flight));
 
     let prefix = cfg.url_prefix.as_str();
-    let mut app = Router::new()
-        .route("/health", get(health::health))
-        .route("/metrics", get(health::metrics));
-    app = if prefix.is_empty() {
-        app.merge(api.clone())
-    } else {
-        app.nest(prefix, api.clone())
-    };
+    let mut app = Router::new().route("/health", get(health::health)).route("/metrics", get(health::metrics));
+    app = if prefix.is_empty() { app.merge(api.clone()) } else { app.nest(prefix, api.clone()) };
     // OpenAI clients configured with a `/v1` base URL work without --url-prefix.
     if !prefix.ends_with("/v1") {
         app = app.nest(&format!("{prefix}/v1"), api);
@@ -95,10 +89,7 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
 async fn track_in_flight(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if state.phase() == Phase::Draining {
         let mut response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
-        response.headers_mut().insert(
-            axum::http::header::CONNECTION,
-            axum::http::HeaderValue::from_static("close"),
-        );
+        response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
         return response;
     }
     let _guard = state.enter();
@@ -109,12 +100,7 @@ async fn track_in_flight(State(state): State<Arc<AppState>>, req: Request, next:
 fn route_label(prefix: &str, path: &str) -> &'static str {
     let rest = path.strip_prefix(prefix).unwrap_or(path);
     let rest = rest.strip_prefix("/v1").filter(|r| r.starts_with('/')).unwrap_or(rest);
-    API_ROUTES
-        .iter()
-        .chain(&["/health", "/metrics"])
-        .find(|r| **r == rest)
-        .copied()
-        .unwrap_or("other")
+    API_ROUTES.iter().chain(&["/health", "/metrics"]).find(|r| **r == rest).copied().unwrap_or("other")
 }
 
 async fn record_request(route: &'static str, req: Request, next: Next) -> Response {

@@ -39,11 +39,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList
             }
         })
         .collect();
-    Ok(Json(ModelList {
-        object: "list",
-        data,
-        process_resident_bytes: resident_bytes(),
-    }))
+    Ok(Json(ModelList { object: "list", data, process_resident_bytes: resident_bytes() }))
 }
 
 /// The process's resident memory, from `/proc/self/statm` (0 where that does not exist).

@@ -11,13 +11,7 @@ use super::{classify, embeddings, error, health, models, rerank, schemas};
         description = "Embeddings, reranking and classification over an Infinity- and OpenAI-compatible API. \
                        Every inference route is also served under `/v1`."
     ),
-    paths(
-        embeddings::embeddings,
-        rerank::rerank,
-        classify::classify,
-        models::models,
-        health::health
-    ),
+    paths(embeddings::embeddings, rerank::rerank, classify::classify, models::models, health::health),
     components(schemas(
         schemas::EmbeddingRequest,
         schemas::EmbeddingResponse,

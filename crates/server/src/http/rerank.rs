@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use aleph_engine::{Input, ModelHandle};
+use aleph_models::Task;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -48,24 +49,50 @@ async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Res
     };
     let query = validate_text("query", req.query, &state.limits)?;
     let documents = validate_texts("documents", req.documents, &state.limits)?;
-    let inputs = documents
-        .iter()
-        .map(|d| Input::Pair(query.clone(), d.clone()))
-        .collect();
+    let late_interaction = model.info().task == Task::MultiVector;
+    let inputs = if late_interaction {
+        // Query and documents are embedded alone (they batch with other requests) and scored by MaxSim.
+        std::iter::once(&query).chain(&documents).map(|t| Input::Text(t.clone())).collect()
+    } else {
+        documents.iter().map(|d| Input::Pair(query.clone(), d.clone())).collect()
+    };
     let out = model.run(inputs).await?;
-
-    let mut results: Vec<RerankResult> = out
-        .vectors
-        .iter()
+    let scores: Vec<f32> = if late_interaction {
+        let dim = model.info().dim;
+        let q = &out.vectors[0];
+        let query_tokens = (q.len() / dim).max(1) as f32;
+        out.vectors[1..]
+            .iter()
+            .map(|d| {
+                let s = maxsim(q, d, dim);
+                if req.raw_scores {
+                    s
+                } else {
+                    s / query_tokens
+                }
+            })
+            .collect()
+    } else {
+        out.vectors
+            .iter()
+            .map(|logits| {
+                let logit = logits.first().copied().unwrap_or(f32::NAN);
+                if req.raw_scores {
+                    logit
+                } else {
+                    sigmoid(logit)
+                }
+            })
+            .collect()
+    };
+    let mut results: Vec<RerankResult> = scores
+        .into_iter()
         .zip(documents)
         .enumerate()
-        .map(|(index, (logits, doc))| {
-            let logit = logits.first().copied().unwrap_or(f32::NAN);
-            RerankResult {
-                relevance_score: if req.raw_scores { logit } else { sigmoid(logit) },
-                index,
-                document: req.return_documents.then_some(doc),
-            }
+        .map(|(index, (relevance_score, doc))| RerankResult {
+            relevance_score,
+            index,
+            document: req.return_documents.then_some(doc),
         })
         .collect();
     // Stable: equal scores keep document order.
@@ -79,11 +106,21 @@ async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Res
         id: response_id(),
         created: unix_now() as u64,
     };
-    Ok((
-        timing_headers(out.tokenization_time, out.queue_time, out.inference_time),
-        Json(body),
-    )
-        .into_response())
+    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(body)).into_response())
+}
+
+/// Late-interaction score: for each query token the best dot product with any document token, summed.
+/// `query` and `doc` hold `dim`-long token vectors back to back.
+pub fn maxsim(query: &[f32], doc: &[f32], dim: usize) -> f32 {
+    query
+        .chunks_exact(dim)
+        .map(|q| {
+            doc.chunks_exact(dim)
+                .map(|d| q.iter().zip(d).map(|(a, b)| a * b).sum::<f32>())
+                .fold(f32::NEG_INFINITY, f32::max)
+        })
+        .filter(|m| m.is_finite())
+        .sum()
 }
 
 pub fn sigmoid(x: f32) -> f32 {

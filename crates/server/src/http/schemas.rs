@@ -111,6 +111,8 @@ pub struct EmbeddingRequest {
 #[schema(as = Embedding)]
 pub enum EmbeddingValue {
     Float(Vec<f32>),
+    /// One vector per token (ColBERT).
+    MultiFloat(Vec<Vec<f32>>),
     Base64(String),
 }
 
@@ -119,6 +121,9 @@ impl Serialize for EmbeddingValue {
         match self {
             // Widened to f64 so the digits match Infinity's (Python floats printed by orjson).
             EmbeddingValue::Float(v) => s.collect_seq(v.iter().map(|&x| x as f64)),
+            EmbeddingValue::MultiFloat(rows) => {
+                s.collect_seq(rows.iter().map(|row| row.iter().map(|&x| x as f64).collect::<Vec<f64>>()))
+            }
             EmbeddingValue::Base64(b) => s.serialize_str(b),
         }
     }
@@ -140,10 +145,7 @@ pub struct Usage {
 
 impl Usage {
     pub fn tokens(n: usize) -> Self {
-        Usage {
-            prompt_tokens: n,
-            total_tokens: n,
-        }
+        Usage { prompt_tokens: n, total_tokens: n }
     }
 }
 
@@ -286,10 +288,7 @@ pub fn response_id() -> String {
 }
 
 pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -304,13 +303,9 @@ mod tests {
         assert_eq!(r.encoding_format, EncodingFormat::Float);
         let r: EmbeddingRequest = serde_json::from_str(r#"{"input":["a","b"],"encoding_format":"base64"}"#).unwrap();
         assert_eq!(r.input.into_vec(), vec!["a", "b"]);
-        let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":[1]}"#)
-            .unwrap_err()
-            .to_string();
+        let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":[1]}"#).unwrap_err().to_string();
         assert!(e.contains("expected a string"), "{e}");
-        let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":{}}"#)
-            .unwrap_err()
-            .to_string();
+        let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":{}}"#).unwrap_err().to_string();
         assert!(e.contains("a string or a list of strings"), "{e}");
     }
 

@@ -46,23 +46,16 @@ impl AppState {
 
     /// The served models, or 503 while they are still loading.
     pub fn registry(&self) -> Result<&Arc<ModelRegistry>, ApiError> {
-        self.registry.get().ok_or_else(|| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "models are still loading; retry shortly",
-            )
-        })
+        self.registry
+            .get()
+            .ok_or_else(|| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "models are still loading; retry shortly"))
     }
 
     /// Every model is loaded and warm: start serving.
     pub fn set_ready(&self, registry: Arc<ModelRegistry>) {
         let _ = self.registry.set(registry);
-        let _ = self.phase.compare_exchange(
-            Phase::Loading as u8,
-            Phase::Ready as u8,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        let _ =
+            self.phase.compare_exchange(Phase::Loading as u8, Phase::Ready as u8, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     pub fn begin_drain(&self) {

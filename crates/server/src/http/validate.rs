@@ -31,11 +31,7 @@ pub fn validate_texts(field: &str, texts: Vec<String>, limits: &Limits) -> Resul
         ))
         .with_param(field));
     }
-    texts
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| validate_text(&format!("{field}[{i}]"), t, limits))
-        .collect()
+    texts.into_iter().enumerate().map(|(i, t)| validate_text(&format!("{field}[{i}]"), t, limits)).collect()
 }
 
 /// Strips one text and enforces the length limit.
@@ -49,11 +45,7 @@ pub fn validate_text(field: &str, text: String, limits: &Limits) -> Result<Strin
         ))
         .with_param(field));
     }
-    Ok(if stripped.len() == text.len() {
-        text
-    } else {
-        stripped.to_string()
-    })
+    Ok(if stripped.len() == text.len() { text } else { stripped.to_string() })
 }
 
 #[cfg(test)]
@@ -62,25 +54,10 @@ mod tests {
 
     #[test]
     fn texts_are_stripped_and_limited() {
-        let limits = Limits {
-            max_client_batch_size: 2,
-            max_string_chars: 5,
-        };
-        assert_eq!(
-            validate_texts("input", vec![" ab ".into()], &limits).unwrap(),
-            vec!["ab"]
-        );
-        assert_eq!(
-            validate_texts("input", vec![], &limits).unwrap_err().status.as_u16(),
-            422
-        );
-        assert_eq!(
-            validate_texts("input", vec!["a".into(); 3], &limits)
-                .unwrap_err()
-                .status
-                .as_u16(),
-            422
-        );
+        let limits = Limits { max_client_batch_size: 2, max_string_chars: 5 };
+        assert_eq!(validate_texts("input", vec![" ab ".into()], &limits).unwrap(), vec!["ab"]);
+        assert_eq!(validate_texts("input", vec![], &limits).unwrap_err().status.as_u16(), 422);
+        assert_eq!(validate_texts("input", vec!["a".into(); 3], &limits).unwrap_err().status.as_u16(), 422);
         let e = validate_texts("documents", vec!["ok".into(), "toolong".into()], &limits).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("documents[1]"));
     }

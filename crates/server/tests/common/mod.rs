@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// The real all-MiniLM-L6-v2 folder (`scripts/fetch-models.sh` puts it there).
@@ -22,11 +19,7 @@ pub fn minilm_dir() -> PathBuf {
     let dir = std::env::var("ALEPH_TEST_MINILM")
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo_root().join("models/all-MiniLM-L6-v2"));
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        dir.display()
-    );
+    assert!(dir.join("model.safetensors").exists(), "{} is missing: run scripts/fetch-models.sh", dir.display());
     dir
 }
 
@@ -52,10 +45,7 @@ impl Reply {
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// Asserts an OpenAI-envelope error with this status.
@@ -63,10 +53,7 @@ impl Reply {
         assert_eq!(self.status, status, "body: {}", self.body);
         let v = self.json();
         let err = &v["error"];
-        assert!(
-            err["message"].as_str().is_some_and(|m| !m.is_empty()),
-            "no message: {v}"
-        );
+        assert!(err["message"].as_str().is_some_and(|m| !m.is_empty()), "no message: {v}");
         assert_eq!(err["code"], status, "{v}");
         assert!(err.get("type").is_some() && err.get("param").is_some(), "{v}");
         v
@@ -93,10 +80,7 @@ impl Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.env_remove("RUST_LOG").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn aleph");
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(String::new()));
@@ -120,16 +104,8 @@ impl Server {
             }
             // The port opens before the models load; ready means /health answers 200.
             if let Some(b) = &base {
-                if ureq::get(&format!("{b}/health"))
-                    .timeout(Duration::from_secs(5))
-                    .call()
-                    .is_ok()
-                {
-                    return Ok(Server {
-                        child,
-                        base: b.clone(),
-                        logs,
-                    });
+                if ureq::get(&format!("{b}/health")).timeout(Duration::from_secs(5)).call().is_ok() {
+                    return Ok(Server { child, base: b.clone(), logs });
                 }
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -152,10 +128,7 @@ impl Server {
     }
 
     pub fn request(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Reply {
-        let agent = ureq::AgentBuilder::new()
-            .redirects(0)
-            .timeout(Duration::from_secs(120))
-            .build();
+        let agent = ureq::AgentBuilder::new().redirects(0).timeout(Duration::from_secs(120)).build();
         let mut req = agent.request(method, &format!("{}{}", self.base, path));
         for (k, v) in headers {
             req = req.set(k, v);
@@ -196,9 +169,7 @@ impl Server {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -225,9 +196,5 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
 }
 
 pub fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_f64().expect("number") as f32)
-        .collect()
+    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number") as f32).collect()
 }
