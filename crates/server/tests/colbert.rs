@@ -38,7 +38,8 @@ fn per_token_vectors_match_the_reference() {
 
     // base64: the token vectors flattened row-major; the client reshapes with the vector size.
     let b64 = s.post_json("/embeddings", &json!({"input": r["texts"][0], "encoding_format": "base64"})).json();
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
     let flat: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     let float = rows(&body["data"][0]["embedding"]);
     assert_eq!(flat, float.concat());

@@ -40,11 +40,11 @@ pub async fn classify(
 }
 
 async fn predict(state: &AppState, model: &ModelHandle, req: ClassifyRequest) -> Result<Response, ApiError> {
+    let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
     require_capability(model, &req.model, "classify", "model")?;
     let Task::Classify { labels, multi_label } = &model.info().task else {
         return Err(ApiError::bad_request("model cannot classify"));
     };
-    let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
     let out = model.run(texts.into_iter().map(Input::Text).collect()).await?;
     let data = out.vectors.iter().map(|logits| label_scores(logits, labels, *multi_label, req.raw_scores)).collect();
     let body = ClassifyResponse {

@@ -45,8 +45,8 @@ pub async fn embeddings(
 }
 
 async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> Result<Response, ApiError> {
-    require_capability(model, &req.model, req.modality.capability(), "modality")?;
     let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
+    require_capability(model, &req.model, req.modality.capability(), "modality")?;
     let dims = validate_dimensions(req.dimensions, model.info().dim)?;
 
     let dtype = model.config().embedding_dtype;

@@ -35,7 +35,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         Some(_) => return Err(ApiError::unprocessable("request body must be a JSON object")),
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let message = if inner.is_syntax() || inner.is_eof() {
@@ -51,5 +51,8 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             err.with_param(path)
         }
-    })
+    })?;
+    // Only whitespace may follow the object.
+    de.end().map_err(|e| ApiError::unprocessable(format!("malformed JSON: {e}")))?;
+    Ok(value)
 }

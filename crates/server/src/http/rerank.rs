@@ -39,7 +39,6 @@ pub async fn rerank(
 }
 
 async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Result<Response, ApiError> {
-    require_capability(model, &req.model, "rerank", "model")?;
     let top_n = match req.top_n {
         Some(n) if n <= 0 => {
             return Err(ApiError::unprocessable(format!("`top_n` must be greater than 0, got {n}")).with_param("top_n"))
@@ -49,6 +48,8 @@ async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Res
     };
     let query = validate_text("query", req.query, &state.limits)?;
     let documents = validate_texts("documents", req.documents, &state.limits)?;
+    // Schema problems (422) first, as Infinity's validation does, then what the model can do (400).
+    require_capability(model, &req.model, "rerank", "model")?;
     let late_interaction = model.info().task == Task::MultiVector;
     let inputs = if late_interaction {
         // Query and documents are embedded alone (they batch with other requests) and scored by MaxSim.
