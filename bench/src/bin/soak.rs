@@ -1,0 +1,215 @@
+//! Load and soak: mixed routes and sizes at high concurrency against a running Aleph, every response
+//! checked against the same request's solo answer, the server's memory sampled throughout.
+//!
+//!   soak --url http://127.0.0.1:7996 --pid <aleph pid> --corpus ../shared/data/stsbenchmark.tsv.gz \
+//!        --embed-model mini --rerank-model rerank --classify-model classify --requests 20000 --concurrency 256
+//!
+//! The CPU path computes each sequence the same way whatever it is batched with, so the check is exact:
+//! a response must equal its solo answer byte for byte in `data` / `results`.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "http://127.0.0.1:7996")]
+    url: String,
+    /// The server's pid, to sample its resident memory.
+    #[arg(long)]
+    pid: Option<u32>,
+    #[arg(long)]
+    corpus: String,
+    #[arg(long)]
+    embed_model: String,
+    #[arg(long)]
+    rerank_model: Option<String>,
+    #[arg(long)]
+    classify_model: Option<String>,
+    #[arg(long, default_value_t = 20_000)]
+    requests: usize,
+    #[arg(long, default_value_t = 256)]
+    concurrency: usize,
+    /// Distinct request bodies, each checked against its solo answer.
+    #[arg(long, default_value_t = 300)]
+    templates: usize,
+}
+
+struct Template {
+    route: &'static str,
+    body: Bytes,
+    /// The field compared with the solo answer.
+    field: &'static str,
+}
+
+fn sentences(path: &str) -> anyhow::Result<Vec<String>> {
+    let reader = BufReader::new(flate2::read::GzDecoder::new(std::fs::File::open(path)?));
+    let mut out = Vec::new();
+    for line in reader.lines() {
+        let line = line?;
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() >= 7 && cols[5].parse::<f64>().is_ok() {
+            out.extend(cols[6..].iter().take(2).map(|s| s.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+fn templates(args: &Args, corpus: &[String]) -> Vec<Template> {
+    let pick = |i: usize| corpus[(i * 7919) % corpus.len()].clone();
+    (0..args.templates)
+        .map(|t| {
+            let kind = t % 4;
+            if kind == 1 {
+                if let Some(m) = &args.rerank_model {
+                    let docs: Vec<String> = (0..2 + t % 7).map(|k| pick(t * 13 + k)).collect();
+                    let body = json!({"model": m, "query": pick(t), "documents": docs, "raw_scores": true});
+                    return Template { route: "/rerank", body: Bytes::from(body.to_string()), field: "results" };
+                }
+            }
+            if kind == 2 {
+                if let Some(m) = &args.classify_model {
+                    let input: Vec<String> = (0..1 + t % 4).map(|k| pick(t * 17 + k)).collect();
+                    let body = json!({"model": m, "input": input, "raw_scores": true});
+                    return Template { route: "/classify", body: Bytes::from(body.to_string()), field: "data" };
+                }
+            }
+            // Embeddings of mixed sizes: 1–16 inputs, some of them long (several sentences joined).
+            let n = 1 + (t * 5) % 16;
+            let input: Vec<String> = (0..n)
+                .map(|k| {
+                    if (t + k) % 9 == 0 {
+                        (0..12).map(|j| pick(t + k + j)).collect::<Vec<_>>().join(" ")
+                    } else {
+                        pick(t * 31 + k)
+                    }
+                })
+                .collect();
+            let body = json!({"model": args.embed_model, "input": input});
+            Template { route: "/embeddings", body: Bytes::from(body.to_string()), field: "data" }
+        })
+        .collect()
+}
+
+fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let corpus = sentences(&args.corpus)?;
+    let templates = Arc::new(templates(&args, &corpus));
+    let client: Client<_, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).pool_max_idle_per_host(args.concurrency).build_http();
+    let send = |client: Client<_, Full<Bytes>>, url: String, body: Bytes| async move {
+        let req = Request::post(url).header("content-type", "application/json").body(Full::new(body))?;
+        let resp = client.request(req).await?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await?.to_bytes();
+        anyhow::Ok((status, body))
+    };
+
+    // Solo answers, one request at a time.
+    let mut solo = Vec::with_capacity(templates.len());
+    for t in templates.iter() {
+        let (status, body) = send(client.clone(), format!("{}{}", args.url, t.route), t.body.clone()).await?;
+        anyhow::ensure!(status == 200, "solo {} answered {status}: {}", t.route, String::from_utf8_lossy(&body));
+        let v: Value = serde_json::from_slice(&body)?;
+        solo.push(v[t.field].to_string());
+    }
+    let solo = Arc::new(solo);
+
+    // Memory, sampled every 500 ms while the load runs.
+    let samples = Arc::new(Mutex::new(Vec::<(f64, u64)>::new()));
+    let started = Instant::now();
+    let done = Arc::new(AtomicUsize::new(0));
+    let sampler = args.pid.map(|pid| {
+        let (samples, done) = (samples.clone(), done.clone());
+        std::thread::spawn(move || {
+            while done.load(Ordering::Relaxed) == 0 {
+                if let Some(kb) = rss_kb(pid) {
+                    samples.lock().unwrap().push((started.elapsed().as_secs_f64(), kb));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    });
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..args.concurrency {
+        let (client, templates, solo, next, url) =
+            (client.clone(), templates.clone(), solo.clone(), next.clone(), args.url.clone());
+        let total = args.requests;
+        tasks.push(tokio::spawn(async move {
+            let mut statuses: HashMap<u16, usize> = HashMap::new();
+            let (mut mismatches, mut transport, mut max_latency) = (0usize, 0usize, Duration::ZERO);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    return (statuses, mismatches, transport, max_latency);
+                }
+                let t = &templates[i % templates.len()];
+                let t0 = Instant::now();
+                match send(client.clone(), format!("{url}{}", t.route), t.body.clone()).await {
+                    Ok((status, body)) => {
+                        max_latency = max_latency.max(t0.elapsed());
+                        *statuses.entry(status).or_default() += 1;
+                        if status == 200 {
+                            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                            if v[t.field].to_string() != solo[i % templates.len()] {
+                                mismatches += 1;
+                            }
+                        }
+                    }
+                    Err(_) => transport += 1,
+                }
+            }
+        }));
+    }
+    let mut statuses: HashMap<u16, usize> = HashMap::new();
+    let (mut mismatches, mut transport, mut max_latency) = (0, 0, Duration::ZERO);
+    for t in tasks {
+        let (s, m, e, l) = t.await?;
+        for (k, v) in s {
+            *statuses.entry(k).or_default() += v;
+        }
+        mismatches += m;
+        transport += e;
+        max_latency = max_latency.max(l);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    done.store(1, Ordering::Relaxed);
+    if let Some(s) = sampler {
+        let _ = s.join();
+    }
+    let samples = samples.lock().unwrap().clone();
+    let mut routes: HashMap<&str, usize> = HashMap::new();
+    for i in 0..args.requests {
+        *routes.entry(templates[i % templates.len()].route).or_default() += 1;
+    }
+    println!(
+        "{}",
+        json!({
+            "requests": args.requests, "concurrency": args.concurrency, "templates": templates.len(),
+            "routes": routes, "seconds": secs, "requests_per_s": args.requests as f64 / secs,
+            "statuses": statuses, "mismatches_vs_solo": mismatches, "transport_errors": transport,
+            "max_latency_ms": max_latency.as_secs_f64() * 1e3,
+            "rss_mb_curve": samples.iter().step_by((samples.len() / 20).max(1))
+                .map(|(t, kb)| json!([ (t * 10.0).round() / 10.0, kb / 1024 ])).collect::<Vec<_>>(),
+        })
+    );
+    Ok(())
+}
