@@ -127,7 +127,7 @@ async fn main() -> anyhow::Result<()> {
         let (status, body) = send(client.clone(), format!("{}{}", args.url, t.route), t.body.clone()).await?;
         anyhow::ensure!(status == 200, "solo {} answered {status}: {}", t.route, String::from_utf8_lossy(&body));
         let v: Value = serde_json::from_slice(&body)?;
-        solo.push(v[t.field].to_string());
+        solo.push(v[t.field].clone());
     }
     let solo = Arc::new(solo);
 
@@ -169,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
                         *statuses.entry(status).or_default() += 1;
                         if status == 200 {
                             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                            if v[t.field].to_string() != solo[i % templates.len()] {
+                            if v[t.field] != solo[i % templates.len()] {
                                 mismatches += 1;
                             }
                         }
