@@ -111,6 +111,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_MAX_CLIENT_BATCH_SIZE", default_value_t = 2048, help_heading = "Serving")]
     pub max_client_batch_size: usize,
 
+    /// Most characters in one input string, after stripping (longer inputs get 422; shorter ones longer
+    /// than the model's window are truncated).
+    #[arg(long, env = "ALEPH_MAX_STRING_CHARS", default_value_t = 122_880, help_heading = "Serving")]
+    pub max_string_chars: usize,
+
     /// Tokenizer threads, shared by all models. Default: the number of cores.
     #[arg(long, env = "ALEPH_TOKENIZER_WORKERS", help_heading = "Serving")]
     pub tokenizer_workers: Option<usize>,

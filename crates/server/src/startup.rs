@@ -10,7 +10,6 @@ use anyhow::{anyhow, Context};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::cli::{Engine, ModelSpec, ServeArgs};
-use crate::http::schemas::MAX_STRING_CHARS;
 use crate::http::state::{AppState, Limits};
 use crate::http::{self, HttpConfig};
 
@@ -22,7 +21,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.tokenizer_workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = Arc::new(TokenizerPool::new(workers));
     let state = Arc::new(AppState::new(
-        Limits { max_client_batch_size: args.max_client_batch_size, max_string_chars: MAX_STRING_CHARS },
+        Limits { max_client_batch_size: args.max_client_batch_size, max_string_chars: args.max_string_chars },
         metrics,
         Some(args.api_key.clone()).filter(|k| !k.is_empty()),
     ));

@@ -95,6 +95,13 @@ fn schema_errors_are_422_in_the_openai_envelope() {
     assert_eq!(v["error"]["param"], "input[1]");
     let long = "x".repeat(122_881);
     s.post_json("/embeddings", &json!({"input": [long]})).assert_error(422);
+    drop(s);
+    // The limit is a flag.
+    let s = serve(&["--max-string-chars", "10"]);
+    let v = s.post_json("/embeddings", &json!({"input": ["short", "eleven char"]})).assert_error(422);
+    assert_eq!(v["error"]["param"], "input[1]");
+    assert_eq!(s.post_json("/embeddings", &json!({"input": "  eleven char  "})).status, 422);
+    assert_eq!(s.post_json("/embeddings", &json!({"input": "  ten chars!  "})).status, 200, "counted after stripping");
     // Unknown fields are ignored, as in Infinity.
     assert_eq!(s.post("/embeddings", r#"{"input":"a","extra":{"deep":[1]}}"#).status, 200);
     // The server still answers.

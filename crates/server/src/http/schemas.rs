@@ -7,8 +7,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use utoipa::ToSchema;
 
 pub const DEFAULT_MODEL_NAME: &str = "default/not-specified";
-/// Infinity's per-string limit (8192 tokens × 15 characters), checked after stripping.
-pub const MAX_STRING_CHARS: usize = 122_880;
 
 fn default_model() -> String {
     DEFAULT_MODEL_NAME.to_string()
