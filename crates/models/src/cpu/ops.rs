@@ -114,10 +114,10 @@ fn softmax_body(x: &mut [f32], scale: f32) {
     }
 }
 
-/// Quantizes a row to u8 over its own `[min, max]` (asymmetric, 256 levels): `x ≈ scale · (q − zero)`.
+/// Quantizes a row to u8 codes `0..=top` over its own `[min, max]` (asymmetric): `x ≈ scale · (q − zero)`.
 /// Writes `q` into `out` and returns `(scale, zero)`.
 #[inline(always)]
-fn quantize_row_body(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+fn quantize_row_body(x: &[f32], out: &mut [u8], top: f32) -> (f32, i32) {
     let mut lo = [0f32; 16];
     let mut hi = [0f32; 16];
     let chunks = x.chunks_exact(16);
@@ -131,13 +131,13 @@ fn quantize_row_body(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     // The range always holds 0, so zero is exactly representable (padding and masked values stay 0).
     let min = lo.iter().chain(rest).copied().fold(0f32, f32::min);
     let max = hi.iter().chain(rest).copied().fold(0f32, f32::max);
-    let scale = if max > min { (max - min) / 255.0 } else { 1.0 };
+    let scale = if max > min { (max - min) / top } else { 1.0 };
     let zero = (-min / scale).round() as i32;
     let inv = 1.0 / scale;
     let z = zero as f32;
     for (o, v) in out.iter_mut().zip(x) {
         let q = *v * inv + z + 0.5;
-        *o = q.clamp(0.0, 255.0) as u8;
+        *o = q.clamp(0.0, top) as u8;
     }
     (scale, zero)
 }
@@ -186,24 +186,25 @@ versions! {
 }
 
 /// [`quantize_row_body`] for the running CPU.
-pub fn quantize_row(isa: Isa, x: &[f32], out: &mut [u8]) -> (f32, i32) {
+pub fn quantize_row(isa: Isa, x: &[f32], out: &mut [u8], top: u8) -> (f32, i32) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
-    unsafe fn wide(x: &[f32], out: &mut [u8]) -> (f32, i32) {
-        quantize_row_body(x, out)
+    unsafe fn wide(x: &[f32], out: &mut [u8], top: f32) -> (f32, i32) {
+        quantize_row_body(x, out, top)
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn narrow(x: &[f32], out: &mut [u8]) -> (f32, i32) {
-        quantize_row_body(x, out)
+    unsafe fn narrow(x: &[f32], out: &mut [u8], top: f32) -> (f32, i32) {
+        quantize_row_body(x, out, top)
     }
+    let top = top as f32;
     match isa {
         // SAFETY: `Isa::get` only reports instruction sets the CPU has.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { wide(x, out) },
+        Isa::Avx512 => unsafe { wide(x, out, top) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { narrow(x, out) },
-        _ => quantize_row_body(x, out),
+        Isa::Avx2 => unsafe { narrow(x, out, top) },
+        _ => quantize_row_body(x, out, top),
     }
 }
 

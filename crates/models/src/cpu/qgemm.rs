@@ -14,6 +14,39 @@ use super::{ops, Isa};
 const MR: usize = 12;
 const NR: usize = 32;
 
+/// Which int8 kernel runs here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    /// `vpdpbusd`: u8 × i8 summed in fours into i32, 64 per instruction.
+    Vnni,
+    /// `vpmaddubsw` + `vpmaddwd`: the same sums through i16. Activations use 7 bits so the i16 pair sums
+    /// cannot saturate (127 · 127 · 2 < 32767).
+    Avx2,
+    Portable,
+}
+
+fn kernel_kind() -> Kernel {
+    static KIND: OnceLock<Kernel> = OnceLock::new();
+    *KIND.get_or_init(|| {
+        if vnni() {
+            Kernel::Vnni
+        } else if Isa::get() != Isa::Scalar {
+            Kernel::Avx2
+        } else {
+            Kernel::Portable
+        }
+    })
+}
+
+/// The largest activation code the kernel takes.
+fn top_code() -> u8 {
+    if kernel_kind() == Kernel::Avx2 {
+        127
+    } else {
+        255
+    }
+}
+
 /// Whether the VNNI kernel can run here.
 fn vnni() -> bool {
     static VNNI: OnceLock<bool> = OnceLock::new();
@@ -31,10 +64,10 @@ fn vnni() -> bool {
 
 /// The name of the int8 kernel this machine uses.
 pub fn kernel_name() -> &'static str {
-    if vnni() {
-        "avx512-vnni"
-    } else {
-        "portable"
+    match kernel_kind() {
+        Kernel::Vnni => "avx512-vnni",
+        Kernel::Avx2 => "avx2 (7-bit activations)",
+        Kernel::Portable => "portable",
     }
 }
 
@@ -105,7 +138,8 @@ fn quantize_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, out: &mut Q
     out.zero.clear();
     for (i, r) in rows.enumerate() {
         let dst = &mut out.q[i * kp..(i + 1) * kp];
-        let (scale, zero) = ops::quantize_row(isa, &a.data[r * a.ld..r * a.ld + a.cols], &mut dst[..a.cols]);
+        let (scale, zero) =
+            ops::quantize_row(isa, &a.data[r * a.ld..r * a.ld + a.cols], &mut dst[..a.cols], top_code());
         dst[a.cols..].fill(zero.clamp(0, 255) as u8);
         out.scale.push(scale);
         out.zero.push(zero);
@@ -204,11 +238,17 @@ unsafe fn block(
 /// `acc[MR × NR] = Σ a_u8 · b_i8` over `k4` steps of 4.
 #[inline]
 unsafe fn kernel(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
-    #[cfg(target_arch = "x86_64")]
-    if vnni() {
-        return x86::kernel_12x32(k4, a, lda, b, acc);
+    match kernel_kind() {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Vnni => x86::kernel_12x32(k4, a, lda, b, acc),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            for group in 0..MR / 3 {
+                x86::kernel_3x32_avx2(k4, a.add(group * 3 * lda), lda, b, acc.add(group * 3 * NR));
+            }
+        }
+        _ => kernel_portable(k4, a, lda, b, acc),
     }
-    kernel_portable(k4, a, lda, b, acc)
 }
 
 /// The reference kernel, for machines without VNNI.
@@ -231,6 +271,34 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{MR, NR};
+
+    /// 3 rows × 32 columns with AVX2: 12 accumulators of 8 i32 lanes.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn kernel_3x32_avx2(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
+        let ones = _mm256_set1_epi16(1);
+        let mut s = [[_mm256_setzero_si256(); 4]; 3];
+        for p in 0..k4 {
+            let bp = b.add(p * NR * 4);
+            let bv = [
+                _mm256_loadu_si256(bp as *const _),
+                _mm256_loadu_si256(bp.add(32) as *const _),
+                _mm256_loadu_si256(bp.add(64) as *const _),
+                _mm256_loadu_si256(bp.add(96) as *const _),
+            ];
+            for (r, row) in s.iter_mut().enumerate() {
+                let av = _mm256_set1_epi32(std::ptr::read_unaligned(a.add(r * lda + p * 4) as *const i32));
+                for (acc, b) in row.iter_mut().zip(&bv) {
+                    let pairs = _mm256_maddubs_epi16(av, *b);
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        }
+        for (r, row) in s.iter().enumerate() {
+            for (c, v) in row.iter().enumerate() {
+                _mm256_storeu_si256(acc.add(r * NR + c * 8) as *mut _, *v);
+            }
+        }
+    }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn kernel_12x32(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
@@ -272,7 +340,9 @@ mod tests {
     #[test]
     fn kernels_agree() {
         let k4 = 37;
-        let a: Vec<u8> = (0..MR * k4 * 4).map(|i| (i * 31 % 256) as u8).collect();
+        // Codes up to what this machine's kernel takes (7 bits for AVX2, where i16 pair sums must not saturate).
+        let top = top_code() as usize + 1;
+        let a: Vec<u8> = (0..MR * k4 * 4).map(|i| (i * 31 % top) as u8).collect();
         let b: Vec<i8> = (0..NR * k4 * 4).map(|i| ((i * 17 % 255) as i32 - 127) as i8).collect();
         let mut want = [0i32; MR * NR];
         let mut got = [0i32; MR * NR];
