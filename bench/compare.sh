@@ -37,7 +37,7 @@ start() {
     sleep 0.05
   done
   local t1; t1=$(date +%s.%N)
-  echo "{\"label\": \"$label\", \"time_to_ready_s\": $(echo "$t1 - $t0" | bc -l)}"
+  echo "{\"label\": \"$label\", \"time_to_ready_s\": $(echo "$t1 - $t0" | bc -l | awk '{printf "%.3f", $0}')}"
 }
 
 stop() {
