@@ -6,7 +6,6 @@
 //! With `--corpus`, also the sentences/s on real sentences in batches of 32 (what the ONNX Runtime
 //! comparison, bench/onnx_compare.py, runs on the same batches).
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -133,7 +132,11 @@ fn main() -> anyhow::Result<()> {
     }
 
     if let Some(corpus) = &args.corpus {
-        let sentences = sts_sentences(corpus, args.sentences)?;
+        let sentences: Vec<String> = aleph_bench::load_sentences(corpus)?
+            .into_iter()
+            .take(args.sentences)
+            .map(|s| s.trim().to_string())
+            .collect();
         println!("\n## Real sentences: {} STS Benchmark sentences in batches of 32", sentences.len());
         println!("| backend | sentences/s | tokens/s |\n|---|---|---|");
         for (name, m) in &models {
@@ -183,7 +186,7 @@ fn accuracy(models: &[(&str, LoadedModel)], corpus: &str, model_dir: &std::path:
         Ok(s) => serde_json::from_str(&s)?,
         Err(_) => Vec::new(),
     };
-    let (scores, s1, s2) = sts_test(corpus)?;
+    let (scores, s1, s2) = aleph_bench::sts_test_pairs(corpus)?;
     println!("\n## Accuracy");
     println!(
         "| backend | cosine to f32 (mean / min, {} parity sentences) | STS-B test Spearman ({} pairs) |",
@@ -238,40 +241,4 @@ fn spearman(a: &[f64], b: &[f64]) -> f64 {
     let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
     let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
     cov / (va * vb).sqrt()
-}
-
-/// The STS Benchmark test split: gold scores and both sentences of each pair.
-fn sts_test(path: &str) -> anyhow::Result<(Vec<f64>, Vec<String>, Vec<String>)> {
-    let reader = BufReader::new(flate2::read::GzDecoder::new(std::fs::File::open(path)?));
-    let (mut scores, mut s1, mut s2) = (Vec::new(), Vec::new(), Vec::new());
-    for line in reader.lines() {
-        let line = line?;
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() >= 8 && cols[0] == "test" {
-            if let Ok(score) = cols[5].parse::<f64>() {
-                scores.push(score);
-                s1.push(cols[6].to_string());
-                s2.push(cols[7].to_string());
-            }
-        }
-    }
-    Ok((scores, s1, s2))
-}
-
-/// The first `n` sentences of the STS Benchmark (sentence1, sentence2 of each row, in file order).
-fn sts_sentences(path: &str, n: usize) -> anyhow::Result<Vec<String>> {
-    let reader = BufReader::new(flate2::read::GzDecoder::new(std::fs::File::open(path)?));
-    let mut out = Vec::new();
-    for line in reader.lines() {
-        let line = line?;
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() >= 7 && cols[5].parse::<f64>().is_ok() {
-            out.extend(cols[6..].iter().take(2).map(|s| s.trim().to_string()));
-        }
-        if out.len() >= n {
-            break;
-        }
-    }
-    out.truncate(n);
-    Ok(out)
 }

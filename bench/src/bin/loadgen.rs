@@ -8,12 +8,10 @@
 //!   loadgen --url http://127.0.0.1:7997/embeddings --corpus ../shared/data/stsbenchmark.tsv.gz \
 //!           --batch 8 --concurrency 16 --requests 2000
 
-use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use bytes::Bytes;
 use clap::Parser;
 use http_body_util::{BodyExt, Full};
@@ -60,29 +58,6 @@ struct Args {
     rerank: bool,
 }
 
-fn load_corpus(path: &str) -> anyhow::Result<Vec<String>> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
-    let reader: Box<dyn Read> =
-        if path.ends_with(".gz") { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
-    let mut out = Vec::new();
-    for line in BufReader::new(reader).lines() {
-        let line = line?;
-        if path.contains(".tsv") {
-            // split, genre, dataset, year, sid, score, sentence1, sentence2
-            let cols: Vec<&str> = line.split('\t').collect();
-            if cols.len() >= 7 && cols[5].parse::<f64>().is_ok() {
-                out.extend(cols[6..].iter().take(2).map(|s| s.to_string()));
-            }
-        } else if !line.trim().is_empty() {
-            out.push(line);
-        }
-    }
-    if out.is_empty() {
-        bail!("no sentences in {path}");
-    }
-    Ok(out)
-}
-
 struct Outcome {
     latencies: Vec<Duration>,
     errors: Vec<String>,
@@ -91,7 +66,7 @@ struct Outcome {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let corpus = load_corpus(&args.corpus)?;
+    let corpus = aleph_bench::load_sentences(&args.corpus)?;
     let total = args.warmup + args.requests;
     let bodies: Arc<Vec<Bytes>> = Arc::new(
         (0..total)

@@ -8,7 +8,6 @@
 //! a response must equal its solo answer byte for byte in `data` / `results`.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,19 +49,6 @@ struct Template {
     body: Bytes,
     /// The field compared with the solo answer.
     field: &'static str,
-}
-
-fn sentences(path: &str) -> anyhow::Result<Vec<String>> {
-    let reader = BufReader::new(flate2::read::GzDecoder::new(std::fs::File::open(path)?));
-    let mut out = Vec::new();
-    for line in reader.lines() {
-        let line = line?;
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() >= 7 && cols[5].parse::<f64>().is_ok() {
-            out.extend(cols[6..].iter().take(2).map(|s| s.to_string()));
-        }
-    }
-    Ok(out)
 }
 
 fn templates(args: &Args, corpus: &[String]) -> Vec<Template> {
@@ -109,7 +95,7 @@ fn rss_kb(pid: u32) -> Option<u64> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let corpus = sentences(&args.corpus)?;
+    let corpus = aleph_bench::load_sentences(&args.corpus)?;
     let templates = Arc::new(templates(&args, &corpus));
     let client: Client<_, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).pool_max_idle_per_host(args.concurrency).build_http();

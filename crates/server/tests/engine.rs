@@ -190,12 +190,22 @@ fn metrics_have_per_model_series() {
 #[test]
 fn health_is_503_while_loading_then_200() {
     use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aleph"))
-        .args(["v2", "--host", "127.0.0.1", "--port", "0", "--model-id", &minilm()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    /// Kills the server however the test ends.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_aleph"))
+            .args(["v2", "--host", "127.0.0.1", "--port", "0", "--model-id", &minilm()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
     let addr = loop {
         let line = lines.next().expect("aleph exited").unwrap();
         if let Some(rest) = line.split("on http://").nth(1) {
@@ -205,12 +215,13 @@ fn health_is_503_while_loading_then_200() {
     std::thread::spawn(move || lines.for_each(drop));
     let (mut loading, deadline) = (0, Instant::now() + Duration::from_secs(60));
     let status = loop {
-        let status = match ureq::get(&format!("http://{addr}/health")).call() {
+        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
+        let status = match agent.get(&format!("http://{addr}/health")).call() {
             Ok(r) => r.status(),
             Err(ureq::Error::Status(code, r)) => {
                 let body: serde_json::Value = r.into_json().unwrap();
                 assert_eq!(body["error"]["code"], 503, "{body}");
-                let posted = ureq::post(&format!("http://{addr}/embeddings")).send_string(r#"{"input":"x"}"#);
+                let posted = agent.post(&format!("http://{addr}/embeddings")).send_string(r#"{"input":"x"}"#);
                 assert!(matches!(posted, Err(ureq::Error::Status(503, _))), "API refuses work while loading");
                 code
             }
@@ -226,8 +237,6 @@ fn health_is_503_while_loading_then_200() {
     };
     assert_eq!(status, 200);
     assert!(loading > 0, "never saw the loading state (warm-up of the full batch takes most of a second)");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Draining: after SIGTERM /health and new work get 503 while the in-flight request finishes.
@@ -253,9 +262,10 @@ fn health_is_503_while_draining() {
     }
     let _ = std::process::Command::new("kill").args(["-TERM", &s.pid().to_string()]).status();
     std::thread::sleep(Duration::from_millis(50));
-    let health = ureq::get(&format!("{base}/health")).call();
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
+    let health = agent.get(&format!("{base}/health")).call();
     assert!(matches!(health, Err(ureq::Error::Status(503, _))), "draining: {health:?}");
-    let new_work = ureq::post(&format!("{base}/embeddings")).send_string(r#"{"input":"late"}"#);
+    let new_work = agent.post(&format!("{base}/embeddings")).send_string(r#"{"input":"late"}"#);
     assert!(matches!(new_work, Err(ureq::Error::Status(503, _))), "no new work while draining");
     assert_eq!(in_flight.join().unwrap().unwrap(), 200, "the in-flight request completes");
     assert!(s.terminate().success());

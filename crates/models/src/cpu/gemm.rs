@@ -132,9 +132,9 @@ pub struct MatRef<'a> {
 
 /// Where `C` goes. Threads write disjoint tiles through the raw pointer.
 #[derive(Clone, Copy)]
-struct Out {
-    ptr: *mut f32,
-    ld: usize,
+pub(crate) struct Out {
+    pub ptr: *mut f32,
+    pub ld: usize,
 }
 
 // SAFETY: every task writes a disjoint set of tiles of `C`.

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use super::gemm::{apply_epilogue, Epilogue, MatRef};
+use super::gemm::{apply_epilogue, Epilogue, MatRef, Out};
 use super::{ops, Isa};
 
 const MR: usize = 12;
@@ -145,16 +145,6 @@ fn quantize_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, out: &mut Q
         out.zero.push(zero);
     }
 }
-
-#[derive(Clone, Copy)]
-struct Out {
-    ptr: *mut f32,
-    ld: usize,
-}
-
-// SAFETY: tasks write disjoint tiles of C.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
 
 /// `C = dequant(quant(A) · W_q)` then the epilogue; `C` row-major with row stride `ldc`.
 pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {

@@ -1,0 +1,51 @@
+//! What the benchmark binaries share: reading the sentence corpus.
+
+use std::io::{BufRead, BufReader, Read};
+
+use anyhow::{bail, Context};
+
+/// Sentences from the STS Benchmark `.tsv(.gz)` (both sentence columns, in file order), or from a text file
+/// with one per line.
+pub fn load_sentences(path: &str) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for line in lines(path)? {
+        let line = line?;
+        if path.contains(".tsv") {
+            // split, genre, dataset, year, sid, score, sentence1, sentence2
+            let cols: Vec<&str> = line.split('\t').collect();
+            if cols.len() >= 7 && cols[5].parse::<f64>().is_ok() {
+                out.extend(cols[6..].iter().take(2).map(|s| s.to_string()));
+            }
+        } else if !line.trim().is_empty() {
+            out.push(line);
+        }
+    }
+    if out.is_empty() {
+        bail!("no sentences in {path}");
+    }
+    Ok(out)
+}
+
+/// The STS Benchmark test split: gold scores and both sentences of each pair.
+pub fn sts_test_pairs(path: &str) -> anyhow::Result<(Vec<f64>, Vec<String>, Vec<String>)> {
+    let (mut scores, mut s1, mut s2) = (Vec::new(), Vec::new(), Vec::new());
+    for line in lines(path)? {
+        let line = line?;
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() >= 8 && cols[0] == "test" {
+            if let Ok(score) = cols[5].parse::<f64>() {
+                scores.push(score);
+                s1.push(cols[6].to_string());
+                s2.push(cols[7].to_string());
+            }
+        }
+    }
+    Ok((scores, s1, s2))
+}
+
+fn lines(path: &str) -> anyhow::Result<std::io::Lines<BufReader<Box<dyn Read>>>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+    let reader: Box<dyn Read> =
+        if path.ends_with(".gz") { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
+    Ok(BufReader::new(reader).lines())
+}
