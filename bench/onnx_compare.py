@@ -7,7 +7,6 @@ Benchmark sentences in batches of 32, each batch padded to its longest sentence,
 
 Exports the model to ONNX once (models/<name>.onnx). Prints one JSON line per runtime.
 """
-import gzip
 import json
 import statistics
 import sys
@@ -16,21 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def sentences(path, n):
-    out = []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            cols = line.rstrip("\n").split("\t")
-            if len(cols) >= 7:
-                try:
-                    float(cols[5])
-                except ValueError:
-                    continue
-                out.extend(c.strip() for c in cols[6:8])
-            if len(out) >= n:
-                break
-    return out[:n]
+import sts  # bench/sts.py, beside this file
 
 
 def pool(hidden, mask):
@@ -57,7 +42,7 @@ def main():
 
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    sents = sentences(corpus, n)
+    sents = [x.strip() for x in sts.sentences(corpus, n)]
     batches = [tok(sents[i:i + 32], padding=True, truncation=True, max_length=256, return_tensors="np")
                for i in range(0, len(sents), 32)]
     model = AutoModel.from_pretrained(model_dir).eval()

@@ -5,25 +5,12 @@
 
 Prints JSON lines: single-sentence latency (encode one sentence at a time) and batch-32 throughput.
 """
-import gzip
 import json
 import statistics
 import sys
 import time
 
-
-def corpus(path):
-    out = []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            cols = line.rstrip("\n").split("\t")
-            if len(cols) >= 7:
-                try:
-                    float(cols[5])
-                except ValueError:
-                    continue
-                out.extend(cols[6:8])
-    return out
+import sts  # bench/sts.py, beside this file
 
 
 def main():
@@ -32,7 +19,7 @@ def main():
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(2)
-    sentences = corpus(corpus_path)
+    sentences = sts.sentences(corpus_path)
     model = SentenceTransformer(model_dir, device="cpu")
     model.encode(sentences[:64], batch_size=32)  # warm-up
 
