@@ -9,6 +9,9 @@ pub enum EngineError {
     Inference(String),
     #[error("tokenization failed: {0}")]
     Tokenization(String),
+    /// The client's image (or audio) could not be used: undecodable, unsupported, too small or large.
+    #[error("{0}")]
+    BadMedia(String),
     #[error("model `{0}` is shutting down")]
     ShuttingDown(String),
 }

@@ -6,11 +6,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aleph_models::quantize::{quantize, Calibration, EmbeddingDtype, CALIBRATION_TEXT};
-use aleph_models::{Batch, Encoded, LoadedModel, ModelError, ModelInfo, Task, TextTokenizer};
+use aleph_models::{Batch, ImageProcessor, LoadedModel, ModelError, ModelInfo, Pixels, Task, TextTokenizer};
 use tokio::sync::oneshot;
 
 use crate::batcher::BatchPolicy;
 use crate::error::EngineError;
+use crate::prepared::Prepared;
 use crate::queue::{Queue, Reply};
 use crate::tokenize::TokenizerPool;
 use crate::worker::{spawn_batcher, spawn_inference, WorkerStats};
@@ -30,11 +31,13 @@ pub struct HandleConfig {
     pub embedding_dtype: EmbeddingDtype,
 }
 
-/// One input to a model: a text, or a (query, document) pair for a cross-encoder.
+/// One input to a model: a text, a (query, document) pair for a cross-encoder, or an encoded image
+/// (PNG, JPEG, ...) for a model with a vision tower.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
     Text(String),
     Pair(String, String),
+    Image(Vec<u8>),
 }
 
 /// Outputs for one request, in input order, with what they cost.
@@ -42,7 +45,8 @@ pub enum Input {
 pub struct RunResult {
     /// One vector per input: an embedding, or a classifier's logits.
     pub vectors: Vec<Vec<f32>>,
-    /// Tokens fed to the model, special tokens included, after truncation.
+    /// Tokens fed to the model, special tokens included, after truncation (an image counts the
+    /// vision tower's tokens).
     pub prompt_tokens: usize,
     pub tokenization_time: Duration,
     /// The longest any item waited for a batch.
@@ -67,6 +71,7 @@ pub struct ModelHandle {
     name: String,
     info: ModelInfo,
     tokenizer: Arc<TextTokenizer>,
+    images: Option<Arc<ImageProcessor>>,
     pool: Arc<TokenizerPool>,
     queue: Arc<Queue>,
     config: HandleConfig,
@@ -84,9 +89,12 @@ impl ModelHandle {
         config: HandleConfig,
         pool: Arc<TokenizerPool>,
     ) -> Result<Self, ModelError> {
-        let LoadedModel { model, tokenizer, info } = loaded;
+        let LoadedModel { model, tokenizer, images, info } = loaded;
         if config.warmup {
             warmup(&name, model.as_ref(), &tokenizer, &info, &config)?;
+            if let Some(images) = &images {
+                warmup_images(&name, model.as_ref(), images, &info, &config)?;
+            }
         }
         let calibration = if config.embedding_dtype.needs_calibration() && info.task == Task::Embed {
             Some(calibrate(model.as_ref(), &tokenizer, config.batch_size)?)
@@ -106,6 +114,7 @@ impl ModelHandle {
             name,
             info,
             tokenizer: Arc::new(tokenizer),
+            images: images.map(Arc::new),
             pool,
             queue,
             config,
@@ -148,14 +157,14 @@ impl ModelHandle {
     /// they cost compute.
     pub async fn run(&self, inputs: Vec<Input>) -> Result<RunResult, EngineError> {
         let started = Instant::now();
-        let encoded = self.tokenize(inputs).await?;
+        let prepared = self.prepare(inputs).await?;
         let tokenization_time = started.elapsed();
         metrics::histogram!("aleph_tokenization_duration_seconds", "model" => self.name.clone())
             .record(tokenization_time.as_secs_f64());
-        let prompt_tokens = encoded.iter().map(Encoded::len).sum();
+        let prompt_tokens = prepared.iter().map(Prepared::cost).sum();
 
-        let (replies, receivers): (Vec<Reply>, Vec<_>) = encoded.iter().map(|_| oneshot::channel()).unzip();
-        self.queue.push_all(&self.name, encoded.into_iter().zip(replies).collect())?;
+        let (replies, receivers): (Vec<Reply>, Vec<_>) = prepared.iter().map(|_| oneshot::channel()).unzip();
+        self.queue.push_all(&self.name, prepared.into_iter().zip(replies).collect())?;
 
         let mut result = RunResult {
             vectors: Vec::with_capacity(receivers.len()),
@@ -175,9 +184,11 @@ impl ModelHandle {
         Ok(result)
     }
 
-    /// Tokenizes on the pool, split into one chunk per pool thread.
-    async fn tokenize(&self, inputs: Vec<Input>) -> Result<Vec<Encoded>, EngineError> {
-        let chunk = inputs.len().div_ceil(self.pool.workers()).max(16);
+    /// Tokenizes texts and decodes images on the pool, split into one chunk per pool thread.
+    async fn prepare(&self, inputs: Vec<Input>) -> Result<Vec<Prepared>, EngineError> {
+        let has_images = inputs.iter().any(|i| matches!(i, Input::Image(_)));
+        // Images cost far more than texts to prepare: one per job, so they spread over the pool.
+        let chunk = if has_images { 1 } else { inputs.len().div_ceil(self.pool.workers()).max(16) };
         let mut jobs = Vec::new();
         let mut inputs = inputs.into_iter();
         loop {
@@ -186,21 +197,27 @@ impl ModelHandle {
                 break;
             }
             let tok = self.tokenizer.clone();
+            let images = self.images.clone();
+            let image_cost = self.info.image_cost;
             jobs.push(self.pool.run(move || {
-                part.iter()
+                part.into_iter()
                     .map(|input| match input {
-                        Input::Text(t) => tok.encode(t),
-                        Input::Pair(a, b) => tok.encode_pair(a, b),
+                        Input::Text(t) => tok.encode(&t).map(Prepared::from).map_err(tokenization),
+                        Input::Pair(a, b) => tok.encode_pair(&a, &b).map(Prepared::from).map_err(tokenization),
+                        Input::Image(bytes) => match &images {
+                            Some(p) => p
+                                .process(&bytes)
+                                .map(|pixels| Prepared::Image { pixels, cost: image_cost })
+                                .map_err(|e| EngineError::BadMedia(e.to_string())),
+                            None => Err(EngineError::BadMedia("this model does not take images".into())),
+                        },
                     })
                     .collect::<Result<Vec<_>, _>>()
             }));
         }
         let mut out = Vec::new();
         for job in jobs {
-            let part = job
-                .await
-                .ok_or_else(|| EngineError::Tokenization("the tokenizer panicked".into()))?
-                .map_err(|e| EngineError::Tokenization(e.to_string()))?;
+            let part = job.await.ok_or_else(|| EngineError::Tokenization("preprocessing panicked".into()))??;
             out.extend(part);
         }
         Ok(out)
@@ -214,6 +231,10 @@ impl ModelHandle {
             let _ = t.join();
         }
     }
+}
+
+fn tokenization(e: ModelError) -> EngineError {
+    EngineError::Tokenization(e.to_string())
 }
 
 /// Embeds the shipped calibration corpus and keeps each dimension's range.
@@ -239,6 +260,29 @@ fn calibrate(
         started.elapsed().as_secs_f64() * 1e3
     );
     Calibration::from_vectors(&vectors).ok_or_else(|| ModelError::Forward("calibration produced no vectors".into()))
+}
+
+/// Runs the largest image batch the limits allow through the vision tower.
+fn warmup_images(
+    name: &str,
+    model: &dyn aleph_models::Model,
+    images: &ImageProcessor,
+    info: &ModelInfo,
+    config: &HandleConfig,
+) -> Result<(), ModelError> {
+    let (w, h) = images.output_size();
+    let count = (config.max_batch_tokens / info.image_cost.max(1)).clamp(1, config.batch_size);
+    let batch = vec![Pixels { height: h, width: w, data: vec![0.0; 3 * w * h] }; count];
+    let started = Instant::now();
+    model.forward_images(&batch)?;
+    let secs = started.elapsed().as_secs_f64();
+    tracing::info!(
+        model = name,
+        "warm-up: {count} images in {:.0} ms ({:.1} images/s)",
+        secs * 1e3,
+        count as f64 / secs
+    );
+    Ok(())
 }
 
 /// Runs the largest batch the limits allow, so memory problems show at boot, and logs the rate.

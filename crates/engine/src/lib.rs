@@ -1,12 +1,13 @@
 //! Aleph's serving engine: everything between a parsed request and a model's forward pass.
 //!
 //! Per served model a [`ModelHandle`] owns a bounded queue, a batcher thread that cuts batches by a
-//! token budget, and an inference thread that owns the model. Tokenization runs on a shared
-//! [`TokenizerPool`] of OS threads, never on the async runtime. Nothing here knows about HTTP.
+//! token budget, and an inference thread that owns the model. Tokenization and image decoding run on a
+//! shared [`TokenizerPool`] of OS threads, never on the async runtime. Nothing here knows about HTTP.
 
 mod batcher;
 pub mod error;
 mod handle;
+mod prepared;
 mod queue;
 pub mod registry;
 mod tokenize;

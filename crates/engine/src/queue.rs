@@ -1,15 +1,15 @@
-//! A model's bounded queue of tokenized items waiting for a batch.
+//! A model's bounded queue of prepared items (tokenized texts, preprocessed images) waiting for a batch.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use aleph_models::Encoded;
 use tokio::sync::oneshot;
 
 use crate::batcher::{select, BatchPolicy};
 use crate::error::EngineError;
+use crate::prepared::Prepared;
 
 /// What one item gets back: its vector, and how long it waited and computed.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,7 +24,7 @@ pub(crate) type Reply = oneshot::Sender<Result<ItemOutput, EngineError>>;
 /// One input waiting for compute; its result goes back on `reply`.
 pub(crate) struct Item {
     pub seq: u64,
-    pub encoded: Encoded,
+    pub input: Prepared,
     pub reply: Reply,
     pub enqueued: Instant,
 }
@@ -78,7 +78,7 @@ impl Queue {
     }
 
     /// Enqueues all of a request's items, or none if that would pass the limit.
-    pub fn push_all(&self, model: &str, items: Vec<(Encoded, Reply)>) -> Result<(), EngineError> {
+    pub fn push_all(&self, model: &str, items: Vec<(Prepared, Reply)>) -> Result<(), EngineError> {
         let mut st = self.lock();
         if st.closed {
             return Err(EngineError::ShuttingDown(model.to_string()));
@@ -88,10 +88,10 @@ impl Queue {
             return Err(EngineError::Overloaded { model: model.to_string(), queued, limit: self.limit });
         }
         let now = Instant::now();
-        for (encoded, reply) in items {
+        for (input, reply) in items {
             let seq = st.next_seq;
             st.next_seq += 1;
-            st.items.push_back(Item { seq, encoded, reply, enqueued: now });
+            st.items.push_back(Item { seq, input, reply, enqueued: now });
         }
         st.generation += 1;
         self.set_depth(st.items.len());
@@ -151,7 +151,7 @@ fn drop_abandoned(st: &mut State) {
 }
 
 fn cut(st: &mut State, policy: &BatchPolicy) -> Vec<Item> {
-    let lengths: Vec<usize> = st.items.iter().take(policy.window()).map(|i| i.encoded.len()).collect();
+    let lengths: Vec<usize> = st.items.iter().take(policy.window()).map(|i| i.input.cost()).collect();
     let picked = select(&lengths, policy);
     // Remove from the back so earlier indices stay valid.
     let mut batch: Vec<Item> = picked.iter().rev().filter_map(|&i| st.items.remove(i)).collect();
@@ -163,8 +163,8 @@ fn cut(st: &mut State, policy: &BatchPolicy) -> Vec<Item> {
 mod tests {
     use super::*;
 
-    fn enc(n: usize) -> Encoded {
-        Encoded { ids: vec![1; n], type_ids: vec![0; n] }
+    fn enc(n: usize) -> Prepared {
+        Prepared::Tokens(aleph_models::Encoded { ids: vec![1; n], type_ids: vec![0; n] })
     }
 
     const POLICY: BatchPolicy = BatchPolicy { max_items: 2, max_tokens: 1000, pads: true };
@@ -188,7 +188,7 @@ mod tests {
         drop(rx1);
         let (batch, _) = q.next_batch(&POLICY).unwrap();
         assert_eq!(batch.len(), 1);
-        assert_eq!(batch[0].encoded.len(), 2);
+        assert_eq!(batch[0].input.cost(), 2);
     }
 
     #[test]

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use aleph_models::{Batch, Model};
+use aleph_models::{Batch, Model, Pixels};
 use crossbeam_channel::{Receiver, SendTimeoutError, Sender};
 
 use crate::batcher::BatchPolicy;
 use crate::error::EngineError;
+use crate::prepared::Prepared;
 use crate::queue::{Item, ItemOutput, Queue};
 
 /// Counters the inference thread keeps for `/models` and `/metrics`.
@@ -74,27 +75,31 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
     if items.is_empty() {
         return;
     }
+    // Texts form one packed batch, images another; outputs go back in item order.
     let mut batch = Batch::new();
+    let mut images = Vec::new();
     for item in &items {
-        batch.push(&item.encoded.ids, &item.encoded.type_ids);
+        match &item.input {
+            Prepared::Tokens(e) => batch.push(&e.ids, &e.type_ids),
+            Prepared::Image { pixels, .. } => images.push(pixels.clone()),
+        }
     }
     let labels = [("model", model_name.to_string())];
-    metrics::histogram!("aleph_batch_size", &labels).record(batch.len() as f64);
+    metrics::histogram!("aleph_batch_size", &labels).record(items.len() as f64);
     metrics::histogram!("aleph_batch_tokens", &labels).record(batch.total_tokens() as f64);
 
     stats.running.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| model.forward(&batch)));
+    let result = catch_unwind(AssertUnwindSafe(|| forward(model, &batch, &images, &items)));
     let inference_time = started.elapsed();
     stats.running.fetch_sub(1, Ordering::Relaxed);
-    stats.last_batch_size.store(batch.len(), Ordering::Relaxed);
+    stats.last_batch_size.store(items.len(), Ordering::Relaxed);
     stats.batches.fetch_add(1, Ordering::Relaxed);
     metrics::histogram!("aleph_inference_duration_seconds", &labels).record(inference_time.as_secs_f64());
 
     let outcome = match result {
-        Ok(Ok(out)) if out.vectors.len() == items.len() => Ok(out.vectors),
-        Ok(Ok(out)) => Err(format!("model returned {} outputs for {} inputs", out.vectors.len(), items.len())),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(vectors)) => Ok(vectors),
+        Ok(Err(e)) => Err(e),
         Err(panic) => Err(format!("the model panicked: {}", panic_message(&panic))),
     };
     match outcome {
@@ -110,6 +115,28 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
             fail(items, &EngineError::Inference(message));
         }
     }
+}
+
+/// Runs the texts and the images of a batch; one vector per item, in item order.
+fn forward(model: &dyn Model, batch: &Batch, images: &[Pixels], items: &[Item]) -> Result<Vec<Vec<f32>>, String> {
+    let run = |out: Result<aleph_models::Output, aleph_models::ModelError>, want: usize| {
+        let out = out.map_err(|e| e.to_string())?;
+        if out.vectors.len() != want {
+            return Err(format!("model returned {} outputs for {want} inputs", out.vectors.len()));
+        }
+        Ok(out.vectors.into_iter())
+    };
+    let mut texts = if batch.is_empty() { Vec::new().into_iter() } else { run(model.forward(batch), batch.len())? };
+    let mut pictures =
+        if images.is_empty() { Vec::new().into_iter() } else { run(model.forward_images(images), images.len())? };
+    items
+        .iter()
+        .map(|item| match item.input {
+            Prepared::Tokens(_) => texts.next(),
+            Prepared::Image { .. } => pictures.next(),
+        })
+        .map(|v| v.ok_or_else(|| "model returned too few outputs".to_string()))
+        .collect()
 }
 
 fn fail(items: Vec<Item>, error: &EngineError) {

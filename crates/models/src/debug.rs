@@ -23,6 +23,7 @@ pub fn load_debug() -> LoadedModel {
     LoadedModel {
         model: Box::new(DebugModel),
         tokenizer: TextTokenizer::bytes(DEBUG_WINDOW),
+        images: None,
         info: ModelInfo {
             task: Task::Embed,
             backend: "debugengine",
@@ -33,6 +34,8 @@ pub fn load_debug() -> LoadedModel {
             pooling: Pooling::Mean,
             normalize: true,
             weight_bytes: 0,
+            image_input: false,
+            image_cost: 0,
         },
     }
 }

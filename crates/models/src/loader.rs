@@ -6,6 +6,7 @@ use std::str::FromStr;
 use candle_nn::VarBuilder;
 
 use crate::architectures::bert::{self, Bert, BertConfig, Flavor};
+use crate::architectures::clip::{Clip, ClipConfig};
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
@@ -13,13 +14,21 @@ use crate::cpu::bert::FastBert;
 use crate::encoder::Encoder;
 use crate::error::{read_json, ModelError};
 use crate::heads::{Head, HostLinear};
-use crate::pooling::{Pooling, PoolingChoice};
+use crate::media::image::{ImageLimits, ImageProcessor, Pixels};
+use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::st_config::SentenceTransformerConfig;
 use crate::tokenizer::TextTokenizer;
 
 /// Runs one batch. Implementations own their weights; the engine calls them from one thread.
 pub trait Model: Send + Sync {
+    /// One output per tokenized sequence.
     fn forward(&self, batch: &Batch) -> Result<Output, ModelError>;
+
+    /// One output per preprocessed image, for models with a vision tower.
+    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
+        let _ = images;
+        Err(ModelError::Unsupported("this model has no image input".into()))
+    }
 }
 
 /// Facts about a loaded model that the engine and the HTTP layer need.
@@ -39,11 +48,28 @@ pub struct ModelInfo {
     pub normalize: bool,
     /// Bytes of weights the model keeps in memory (for candle: the memory-mapped safetensors).
     pub weight_bytes: u64,
+    /// Whether the model embeds images (CLIP) besides text.
+    pub image_input: bool,
+    /// Token-equivalents one image costs in a batch (the vision tower's sequence length).
+    pub image_cost: usize,
+}
+
+impl ModelInfo {
+    /// What `/models` lists and requests are checked against: the task's, plus media inputs.
+    pub fn capabilities(&self) -> Vec<&'static str> {
+        let mut caps = self.task.capabilities().to_vec();
+        if self.image_input {
+            caps.push("image_embed");
+        }
+        caps
+    }
 }
 
 pub struct LoadedModel {
     pub model: Box<dyn Model>,
     pub tokenizer: TextTokenizer,
+    /// Decodes and prepares images, for models with image input.
+    pub images: Option<ImageProcessor>,
     pub info: ModelInfo,
 }
 
@@ -128,15 +154,20 @@ pub struct LoadOptions {
     pub dtype: DType,
     pub device: Device,
     pub backend: Backend,
+    /// What a client's image may cost (models with image input).
+    pub image_limits: ImageLimits,
 }
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let arch = ArchConfig::read(dir)?;
+    if arch.model_type == "clip" {
+        return load_clip(dir, &arch, opts);
+    }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip",
             arch.model_type, arch.architectures
         ))),
     }
@@ -210,15 +241,77 @@ fn load_bert_family(
         pads: backend == "candle",
         pooling,
         normalize: st.normalize,
-        weight_bytes: if backend == "candle" {
-            // candle maps the files and pages weights in as they are used.
-            safetensors_files(dir)?.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum()
-        } else {
-            encoder.weight_bytes()
-        },
+        weight_bytes: if backend == "candle" { file_bytes(dir)? } else { encoder.weight_bytes() },
+        image_input: false,
+        image_cost: 0,
     };
     let model = EncoderModel { encoder, head };
-    Ok(LoadedModel { model: Box::new(model), tokenizer, info })
+    Ok(LoadedModel { model: Box::new(model), tokenizer, images: None, info })
+}
+
+/// candle maps the files and pages weights in as they are used: the files' size is what it holds.
+fn file_bytes(dir: &Path) -> Result<u64, ModelError> {
+    Ok(safetensors_files(dir)?.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum())
+}
+
+/// CLIP: text and images into one space, both L2-normalized as Infinity returns them.
+fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    if opts.dtype == DType::Int8 {
+        return Err(ModelError::InvalidOption("--dtype int8 is available for BERT-family encoders only".into()));
+    }
+    let cfg: ClipConfig = read_json(&dir.join("config.json"))?;
+    let device = opts.device.candle()?;
+    let clip = Clip::load(var_builder(dir, &device)?, &cfg)?;
+    let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
+    let side = clip.vision.image_size();
+    if images.output_size() != (side, side) {
+        return Err(ModelError::Unsupported(format!(
+            "preprocessor_config.json makes {:?} images; the vision tower takes {side}x{side}",
+            images.output_size()
+        )));
+    }
+    let window = clip.text.window();
+    let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
+    let info = ModelInfo {
+        task: Task::Embed,
+        backend: "candle",
+        architecture: arch.architectures.first().cloned().unwrap_or_else(|| "CLIPModel".into()),
+        dim: clip.dim,
+        window,
+        pads: true,
+        // The text tower reads its end-of-text token; images their class token.
+        pooling: Pooling::LastToken,
+        normalize: true,
+        weight_bytes: file_bytes(dir)?,
+        image_input: true,
+        image_cost: clip.vision.tokens_per_image(),
+    };
+    Ok(LoadedModel { model: Box::new(ClipModel { clip }), tokenizer, images: Some(images), info })
+}
+
+struct ClipModel {
+    clip: Clip,
+}
+
+impl Model for ClipModel {
+    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
+        if batch.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: normalized(self.clip.text.forward(batch)?) })
+    }
+
+    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
+        if images.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: normalized(self.clip.vision.forward(images)?) })
+    }
+}
+
+fn normalized(mut vectors: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+    vectors.iter_mut().for_each(|v| l2_normalize(v));
+    vectors
 }
 
 /// Memory-maps the folder's safetensors: `model.safetensors`, or the shards an index names.

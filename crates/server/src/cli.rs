@@ -124,6 +124,30 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_PAYLOAD_LIMIT", default_value_t = 32 * 1024 * 1024, help_heading = "Serving")]
     pub payload_limit: usize,
 
+    /// Most images or audio clips in one request.
+    #[arg(long, env = "ALEPH_MAX_MEDIA_ITEMS", default_value_t = 32, help_heading = "Media")]
+    pub max_media_items: usize,
+
+    /// Largest image or audio item in bytes, downloaded or in a data URI.
+    #[arg(long, env = "ALEPH_MEDIA_MAX_BYTES", default_value_t = 32 * 1024 * 1024, help_heading = "Media")]
+    pub media_max_bytes: usize,
+
+    /// Most pixels (width x height) an image may declare; larger ones are refused before decoding.
+    #[arg(long, env = "ALEPH_MEDIA_MAX_PIXELS", default_value_t = 64 * 1024 * 1024, help_heading = "Media")]
+    pub media_max_pixels: u64,
+
+    /// Seconds a media URL may take to download, redirects included.
+    #[arg(long, env = "ALEPH_MEDIA_TIMEOUT", default_value_t = 20.0, help_heading = "Media")]
+    pub media_timeout: f64,
+
+    /// Let media URLs reach loopback, private, link-local and metadata addresses (off: such URLs get 400).
+    #[arg(long, env = "ALEPH_MEDIA_ALLOW_PRIVATE", help_heading = "Media")]
+    pub media_allow_private: bool,
+
+    /// Internal networks media URLs may reach anyway, as CIDRs (e.g. 10.1.0.0/16,fd00::/8).
+    #[arg(long, env = "ALEPH_MEDIA_ALLOWED_NETWORKS", value_delimiter = ',', help_heading = "Media")]
+    pub media_allowed_networks: Vec<ipnet::IpNet>,
+
     /// Seconds to let in-flight requests finish after SIGTERM (while /health answers 503).
     #[arg(long, env = "ALEPH_DRAIN_TIMEOUT", default_value_t = 30.0, help_heading = "Serving")]
     pub drain_timeout: f64,
@@ -191,6 +215,8 @@ pub struct ModelSpec {
     pub pooling_method: String,
     pub embedding_dtype: String,
     pub warmup: bool,
+    /// `--media-max-pixels`, applied by the model's image processor.
+    pub max_image_pixels: u64,
 }
 
 impl ServeArgs {
@@ -234,6 +260,7 @@ impl ServeArgs {
                 pooling_method: pooling[i].clone().unwrap_or_else(|| "auto".into()),
                 embedding_dtype: embedding_dtype[i].clone().unwrap_or_else(|| "float32".into()),
                 warmup: self.warmup(),
+                max_image_pixels: self.media_max_pixels,
             })
             .collect();
         for spec in &specs {

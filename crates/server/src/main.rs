@@ -1,6 +1,7 @@
 //! `aleph`: parse the command line, set up logging, serve.
 
 mod cli;
+mod fetch;
 mod http;
 mod startup;
 

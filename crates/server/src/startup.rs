@@ -5,11 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
+use aleph_models::media::image::ImageLimits;
 use aleph_models::{hub, Backend, LoadOptions};
 use anyhow::{anyhow, Context};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::cli::{Engine, ModelSpec, ServeArgs};
+use crate::fetch::guard::Guard;
+use crate::fetch::{FetchConfig, MediaFetcher};
 use crate::http::state::{AppState, Limits};
 use crate::http::{self, HttpConfig};
 
@@ -20,10 +23,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let workers =
         args.tokenizer_workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = Arc::new(TokenizerPool::new(workers));
+    let fetcher = MediaFetcher::new(FetchConfig {
+        max_bytes: args.media_max_bytes,
+        connect_timeout: Duration::from_secs_f64(args.media_timeout.clamp(0.001, 10.0)),
+        timeout: Duration::from_secs_f64(args.media_timeout.max(0.001)),
+        guard: Guard { allow_all: args.media_allow_private, allowed: args.media_allowed_networks.clone() },
+    })
+    .context("building the media HTTP client")?;
     let state = Arc::new(AppState::new(
-        Limits { max_client_batch_size: args.max_client_batch_size, max_string_chars: args.max_string_chars },
+        Limits {
+            max_client_batch_size: args.max_client_batch_size,
+            max_string_chars: args.max_string_chars,
+            max_media_items: args.max_media_items.min(args.max_client_batch_size),
+        },
         metrics,
         Some(args.api_key.clone()).filter(|k| !k.is_empty()),
+        fetcher,
     ));
 
     // The port opens first: /health answers 503 while the models load, so orchestrators can tell
@@ -93,6 +108,7 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
         dtype: spec.dtype.parse().map_err(|e: String| anyhow!("--dtype: {e}"))?,
         device: spec.device.parse().map_err(|e: String| anyhow!("--device: {e}"))?,
         backend: if spec.engine == Engine::Candle { Backend::Candle } else { Backend::Auto },
+        image_limits: ImageLimits { max_pixels: spec.max_image_pixels },
     };
     let (loaded, source) = match spec.engine {
         Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string()),

@@ -114,7 +114,7 @@ fn statuses_for_routes_methods_capabilities_and_size() {
     s.get("/nope").assert_error(404);
     s.request("DELETE", "/embeddings", None, &[]).assert_error(405);
     s.get("/embeddings").assert_error(405);
-    let v = s.post("/embeddings", r#"{"input":"a","modality":"image"}"#).assert_error(400);
+    let v = s.post("/embeddings", r#"{"input":"data:image/png;base64,AAAA","modality":"image"}"#).assert_error(400);
     assert!(v["error"]["message"].as_str().unwrap().contains("embed"), "{v}");
     let big = json!({"input": "y".repeat(5000)}).to_string();
     s.post("/embeddings", &big).assert_error(413);

@@ -48,24 +48,28 @@ fn default_pos_type() -> String {
 
 /// The activations transformers names in `hidden_act`.
 #[derive(Debug, Clone, Copy)]
-enum Activation {
+pub(crate) enum Activation {
     GeluErf,
     GeluTanh,
     Relu,
+    /// OpenAI CLIP's `x * sigmoid(1.702 x)`.
+    QuickGelu,
 }
 
 impl Activation {
-    fn parse(name: &str) -> Result<Self, ModelError> {
+    pub(crate) fn parse(name: &str) -> Result<Self, ModelError> {
         match name {
             "gelu" => Ok(Activation::GeluErf),
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
             "relu" => Ok(Activation::Relu),
+            "quick_gelu" => Ok(Activation::QuickGelu),
             other => Err(ModelError::Unsupported(format!("hidden_act `{other}`"))),
         }
     }
 
-    fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
+    pub(crate) fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
+            Activation::QuickGelu => x * candle_nn::ops::sigmoid(&(x * 1.702)?)?,
             Activation::GeluErf => x.gelu_erf(),
             Activation::GeluTanh => x.gelu(),
             Activation::Relu => x.relu(),
@@ -74,20 +78,20 @@ impl Activation {
 }
 
 /// A linear layer with its weight stored transposed (`[in, out]`), ready for `x @ w`.
-struct Dense {
+pub(crate) struct Dense {
     weight_t: Tensor,
     bias: Tensor,
 }
 
 impl Dense {
-    fn load(vb: VarBuilder, inp: usize, out: usize) -> candle_core::Result<Self> {
+    pub(crate) fn load(vb: VarBuilder, inp: usize, out: usize) -> candle_core::Result<Self> {
         let w = vb.get((out, inp), "weight")?;
         let b = vb.get(out, "bias")?;
         Ok(Dense { weight_t: w.t()?.contiguous()?, bias: b })
     }
 
     /// Concatenates several layers with the same input into one wider layer.
-    fn fuse(parts: Vec<(Tensor, Tensor)>) -> candle_core::Result<Self> {
+    pub(crate) fn fuse(parts: Vec<(Tensor, Tensor)>) -> candle_core::Result<Self> {
         let (ws, bs): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
         let w = Tensor::cat(&ws, 0)?;
         let b = Tensor::cat(&bs, 0)?;
@@ -95,7 +99,7 @@ impl Dense {
     }
 
     /// `x`: `[rows, in]` → `[rows, out]`.
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
     }
 }

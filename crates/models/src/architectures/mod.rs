@@ -1,3 +1,4 @@
 //! One architecture per file. Each turns a [`crate::Batch`] into per-token hidden states.
 
 pub mod bert;
+pub mod clip;

@@ -14,11 +14,13 @@ use base64::Engine as _;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::schemas::{
-    response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat, Usage,
+    response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat,
+    MediaEmbeddingRequest, Modality, Usage,
 };
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
-use super::validate::{require_capability, validate_texts};
+use super::validate::{require_capability, validate_media, validate_texts};
+use crate::fetch::FetchError;
 
 /// Create embeddings for text (or, on models that support it, images and audio).
 #[utoipa::path(
@@ -44,9 +46,84 @@ pub async fn embeddings(
     result
 }
 
+/// Create embeddings for images (deprecated: use `/embeddings` with `"modality": "image"`).
+#[utoipa::path(
+    post,
+    path = "/embeddings_image",
+    tag = "embeddings",
+    request_body = MediaEmbeddingRequest,
+    responses(
+        (status = 200, description = "One vector per image, in input order", body = EmbeddingResponse),
+        (status = 400, description = "The model takes no images, or an image could not be used", body = super::error::ErrorBody),
+        (status = 422, description = "The body does not match the schema", body = super::error::ErrorBody),
+    )
+)]
+#[deprecated = "use /embeddings with modality image"]
+pub async fn embeddings_image(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<MediaEmbeddingRequest>,
+) -> Result<Response, ApiError> {
+    media_route(state, req, Modality::Image, "/embeddings_image").await
+}
+
+/// Create embeddings for audio (deprecated: use `/embeddings` with `"modality": "audio"`).
+#[utoipa::path(
+    post,
+    path = "/embeddings_audio",
+    tag = "embeddings",
+    request_body = MediaEmbeddingRequest,
+    responses(
+        (status = 200, description = "One vector per clip, in input order", body = EmbeddingResponse),
+        (status = 400, description = "The model takes no audio, or a clip could not be used", body = super::error::ErrorBody),
+        (status = 422, description = "The body does not match the schema", body = super::error::ErrorBody),
+    )
+)]
+#[deprecated = "use /embeddings with modality audio"]
+pub async fn embeddings_audio(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<MediaEmbeddingRequest>,
+) -> Result<Response, ApiError> {
+    media_route(state, req, Modality::Audio, "/embeddings_audio").await
+}
+
+async fn media_route(
+    state: Arc<AppState>,
+    req: MediaEmbeddingRequest,
+    modality: Modality,
+    route: &'static str,
+) -> Result<Response, ApiError> {
+    let model = state.registry()?.get(&req.model)?;
+    let req = EmbeddingRequest {
+        input: req.input,
+        model: req.model,
+        encoding_format: req.encoding_format,
+        dimensions: None,
+        user: None,
+        modality,
+    };
+    let result = embed(&state, model, req).await;
+    observe(model.name(), route, &result);
+    result
+}
+
 async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> Result<Response, ApiError> {
-    let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
-    require_capability(model, &req.model, req.modality.capability(), "modality")?;
+    let inputs = match req.modality {
+        Modality::Text => {
+            let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
+            require_capability(model, &req.model, req.modality.capability(), "modality")?;
+            texts.into_iter().map(Input::Text).collect()
+        }
+        Modality::Image | Modality::Audio => {
+            let sources = validate_media("input", req.input.into_vec(), &state.limits)?;
+            require_capability(model, &req.model, req.modality.capability(), "modality")?;
+            let kind = if req.modality == Modality::Image { "image" } else { "audio" };
+            let bytes = state.fetcher.fetch_all(&sources, kind).await.map_err(|(i, e)| match e {
+                FetchError::Invalid(m) => ApiError::unprocessable(m).with_param(format!("input[{i}]")),
+                FetchError::Failed(m) => ApiError::bad_request(m).with_param(format!("input[{i}]")),
+            })?;
+            bytes.into_iter().map(Input::Image).collect()
+        }
+    };
     let dims = validate_dimensions(req.dimensions, model.info().dim)?;
 
     let dtype = model.config().embedding_dtype;
@@ -58,7 +135,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         ))
         .with_param("encoding_format"));
     }
-    let result = model.run(texts.into_iter().map(Input::Text).collect()).await?;
+    let result = model.run(inputs).await?;
     let multi = model.info().task == Task::MultiVector;
     let dim = model.info().dim;
     let data = result

@@ -96,11 +96,13 @@ impl From<EngineError> for ApiError {
             EngineError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             EngineError::Inference(_) | EngineError::Tokenization(_) => StatusCode::INTERNAL_SERVER_ERROR,
             EngineError::ShuttingDown(_) => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::BadMedia(_) => StatusCode::BAD_REQUEST,
         };
         let mut err = ApiError::new(status, e.to_string());
         match e {
             EngineError::UnknownModel { .. } => err.param = Some("model".into()),
             EngineError::Overloaded { .. } => err.retry_after_secs = Some(1),
+            EngineError::BadMedia(_) => err.param = Some("input".into()),
             _ => {}
         }
         err

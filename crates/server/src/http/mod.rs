@@ -40,11 +40,16 @@ pub struct HttpConfig {
 }
 
 /// The inference and model routes, relative to the prefix.
-const API_ROUTES: &[&str] = &["/embeddings", "/rerank", "/classify", "/models"];
+const API_ROUTES: &[&str] =
+    &["/embeddings", "/rerank", "/classify", "/models", "/embeddings_image", "/embeddings_audio"];
 
+// The deprecated media routes are still served, as Infinity serves them.
+#[allow(deprecated)]
 pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
     let api = Router::new()
         .route("/embeddings", post(embeddings::embeddings))
+        .route("/embeddings_image", post(embeddings::embeddings_image))
+        .route("/embeddings_audio", post(embeddings::embeddings_audio))
         .route("/rerank", post(rerank::rerank))
         .route("/classify", post(classify::classify))
         .route("/models", get(models::models))

@@ -34,7 +34,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList
                 owned_by: "aleph",
                 created,
                 backend: m.info().backend,
-                capabilities: m.info().task.capabilities().to_vec(),
+                capabilities: m.info().capabilities(),
                 weight_bytes: m.info().weight_bytes,
             }
         })

@@ -11,9 +11,18 @@ use super::{classify, embeddings, error, health, models, rerank, schemas};
         description = "Embeddings, reranking and classification over an Infinity- and OpenAI-compatible API. \
                        Every inference route is also served under `/v1`."
     ),
-    paths(embeddings::embeddings, rerank::rerank, classify::classify, models::models, health::health),
+    paths(
+        embeddings::embeddings,
+        embeddings::embeddings_image,
+        embeddings::embeddings_audio,
+        rerank::rerank,
+        classify::classify,
+        models::models,
+        health::health
+    ),
     components(schemas(
         schemas::EmbeddingRequest,
+        schemas::MediaEmbeddingRequest,
         schemas::EmbeddingResponse,
         schemas::EmbeddingObject,
         schemas::EmbeddingValue,

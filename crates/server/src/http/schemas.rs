@@ -85,7 +85,8 @@ impl Modality {
 /// `POST /embeddings`: OpenAI's embeddings request plus Infinity's `modality`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct EmbeddingRequest {
-    /// Text to embed: one string or 1–2048 strings (the limit is `--max-client-batch-size`).
+    /// Text to embed: one string or 1–2048 strings (the limit is `--max-client-batch-size`). With
+    /// `modality` image or audio: one or 1–32 data URIs or http(s) URLs.
     pub input: StringOrList,
     /// Served model name. With a single model any name is accepted.
     #[serde(default = "default_model")]
@@ -102,6 +103,22 @@ pub struct EmbeddingRequest {
     pub user: Option<String>,
     #[serde(default)]
     pub modality: Modality,
+}
+
+/// `POST /embeddings_image` and `/embeddings_audio` (deprecated): media references only.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct MediaEmbeddingRequest {
+    /// One or 1–32 data URIs (`data:image/png;base64,...`) or http(s) URLs.
+    pub input: StringOrList,
+    #[serde(default = "default_model")]
+    #[schema(default = "default/not-specified")]
+    pub model: String,
+    #[serde(default)]
+    pub encoding_format: EncodingFormat,
+    /// Accepted and ignored, as OpenAI's.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub user: Option<String>,
 }
 
 /// A vector as JSON numbers or as base64 of little-endian f32.

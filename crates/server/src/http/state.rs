@@ -6,12 +6,15 @@ use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::error::ApiError;
+use crate::fetch::MediaFetcher;
 
 /// Limits the HTTP layer enforces before any work is queued.
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_client_batch_size: usize,
     pub max_string_chars: usize,
+    /// Images or audio clips per request.
+    pub max_media_items: usize,
 }
 
 /// Where the process is in its life: the port opens while models load, and stays open while it drains.
@@ -30,10 +33,17 @@ pub struct AppState {
     pub limits: Limits,
     pub metrics: Option<PrometheusHandle>,
     pub api_key: Option<String>,
+    /// Fetches media URLs and decodes data URIs.
+    pub fetcher: MediaFetcher,
 }
 
 impl AppState {
-    pub fn new(limits: Limits, metrics: Option<PrometheusHandle>, api_key: Option<String>) -> Self {
+    pub fn new(
+        limits: Limits,
+        metrics: Option<PrometheusHandle>,
+        api_key: Option<String>,
+        fetcher: MediaFetcher,
+    ) -> Self {
         AppState {
             registry: OnceLock::new(),
             phase: AtomicU8::new(Phase::Loading as u8),
@@ -41,6 +51,7 @@ impl AppState {
             limits,
             metrics,
             api_key,
+            fetcher,
         }
     }
 

@@ -1,0 +1,30 @@
+//! An input after preprocessing: what waits in the queue and what a batch is built from.
+
+use aleph_models::{Encoded, Pixels};
+
+/// A tokenized text (or pair), or a preprocessed image.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Prepared {
+    Tokens(Encoded),
+    /// Pixels with the tokens the vision tower spends on them, so images share the token budget.
+    Image {
+        pixels: Pixels,
+        cost: usize,
+    },
+}
+
+impl Prepared {
+    /// What the item costs against the batch's token budget.
+    pub fn cost(&self) -> usize {
+        match self {
+            Prepared::Tokens(e) => e.len(),
+            Prepared::Image { cost, .. } => *cost,
+        }
+    }
+}
+
+impl From<Encoded> for Prepared {
+    fn from(e: Encoded) -> Self {
+        Prepared::Tokens(e)
+    }
+}

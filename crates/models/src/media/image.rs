@@ -1,0 +1,290 @@
+//! From encoded image bytes to the pixel tensor a vision tower takes, as `preprocessor_config.json`
+//! describes it: decode, RGB (transparency composited onto white), resize, center crop, rescale,
+//! normalize. Each step matches transformers' PIL image processor.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use image::{DynamicImage, ImageReader, Limits};
+use serde::Deserialize;
+
+use super::resample::{resize, Filter, Rgb8};
+use super::MediaError;
+use crate::error::{read_json, ModelError};
+
+/// The smallest image accepted on either side (Infinity's rule).
+pub const MIN_SIDE: u32 = 3;
+
+/// `preprocessor_config.json` of an image processor.
+#[derive(Debug, Clone, Deserialize)]
+struct ProcessorConfig {
+    #[serde(default = "yes")]
+    do_resize: bool,
+    #[serde(default)]
+    size: Size,
+    #[serde(default = "bicubic")]
+    resample: u32,
+    #[serde(default = "yes")]
+    do_center_crop: bool,
+    crop_size: Option<Size>,
+    #[serde(default = "yes")]
+    do_rescale: bool,
+    #[serde(default = "one_over_255")]
+    rescale_factor: f64,
+    #[serde(default = "yes")]
+    do_normalize: bool,
+    #[serde(default = "openai_mean")]
+    image_mean: Vec<f32>,
+    #[serde(default = "openai_std")]
+    image_std: Vec<f32>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn bicubic() -> u32 {
+    3
+}
+fn one_over_255() -> f64 {
+    1.0 / 255.0
+}
+fn openai_mean() -> Vec<f32> {
+    vec![0.481_454_66, 0.457_827_5, 0.408_210_73]
+}
+// OpenAI's published values, verbatim; they round to f32 as transformers' float32 arrays do.
+#[allow(clippy::excessive_precision)]
+fn openai_std() -> Vec<f32> {
+    vec![0.268_629_54, 0.261_302_58, 0.275_777_11]
+}
+
+/// A target size: `{"shortest_edge": n}`, `{"height": h, "width": w}`, or a bare number (a square).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+enum Size {
+    ShortestEdge { shortest_edge: u32 },
+    Exact { height: u32, width: u32 },
+    Square(u32),
+}
+
+impl Default for Size {
+    fn default() -> Self {
+        Size::ShortestEdge { shortest_edge: 224 }
+    }
+}
+
+impl Size {
+    /// `(width, height)` for an input of `w × h`.
+    fn resolve(self, w: u32, h: u32) -> (u32, u32) {
+        match self {
+            Size::Exact { height, width } => (width, height),
+            Size::Square(s) => (s, s),
+            Size::ShortestEdge { shortest_edge: s } => {
+                // transformers: the long side is `int(s * long / short)`, in floating point.
+                let (short, long) = if w <= h { (w, h) } else { (h, w) };
+                let new_long = (s as f64 * long as f64 / short as f64) as u32;
+                if w <= h {
+                    (s, new_long)
+                } else {
+                    (new_long, s)
+                }
+            }
+        }
+    }
+}
+
+/// Normalized pixels, channels first: `[3, height, width]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pixels {
+    pub height: usize,
+    pub width: usize,
+    pub data: Vec<f32>,
+}
+
+/// Limits on what a client's image may cost before it is decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct ImageLimits {
+    /// Most pixels (width × height) an image may declare.
+    pub max_pixels: u64,
+}
+
+impl Default for ImageLimits {
+    fn default() -> Self {
+        // 64 megapixels: a 8000 × 8000 photo; a "zip bomb" header declaring more is refused unread.
+        ImageLimits { max_pixels: 64 << 20 }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ImageProcessor {
+    cfg: ProcessorConfig,
+    filter: Filter,
+    /// The `(width, height)` the vision tower expects.
+    output: (u32, u32),
+    limits: ImageLimits,
+}
+
+impl ImageProcessor {
+    /// Reads `preprocessor_config.json` in `dir`.
+    pub fn from_dir(dir: &Path) -> Result<Self, ModelError> {
+        let path = dir.join("preprocessor_config.json");
+        if !path.exists() {
+            return Err(ModelError::MissingFile(path));
+        }
+        let cfg: ProcessorConfig = read_json(&path)?;
+        Self::new(cfg).map_err(|reason| ModelError::BadFile { path, reason })
+    }
+
+    fn new(cfg: ProcessorConfig) -> Result<Self, String> {
+        let filter = Filter::from_pil(cfg.resample).ok_or_else(|| format!("unknown resample {}", cfg.resample))?;
+        if cfg.image_mean.len() != 3 || cfg.image_std.len() != 3 || cfg.image_std.contains(&0.0) {
+            return Err("image_mean and image_std need three values, std non-zero".into());
+        }
+        let output = match (cfg.do_center_crop, cfg.crop_size, cfg.size) {
+            (true, Some(crop), _) => crop.resolve(1, 1),
+            (_, _, Size::ShortestEdge { .. }) if cfg.do_resize => {
+                return Err("a shortest-edge resize without a center crop gives images of varying size".into())
+            }
+            (_, _, size) => size.resolve(1, 1),
+        };
+        Ok(ImageProcessor { cfg, filter, output, limits: ImageLimits::default() })
+    }
+
+    pub fn with_limits(mut self, limits: ImageLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// `(width, height)` of every tensor this processor returns.
+    pub fn output_size(&self) -> (usize, usize) {
+        (self.output.0 as usize, self.output.1 as usize)
+    }
+
+    /// Decodes and preprocesses one image.
+    pub fn process(&self, bytes: &[u8]) -> Result<Pixels, MediaError> {
+        let rgb = decode_rgb(bytes, &self.limits)?;
+        Ok(self.process_rgb(&rgb))
+    }
+
+    /// Preprocesses an already decoded image.
+    pub fn process_rgb(&self, img: &Rgb8) -> Pixels {
+        let cfg = &self.cfg;
+        let resized;
+        let img = if cfg.do_resize {
+            let (w, h) = cfg.size.resolve(img.width as u32, img.height as u32);
+            resized = resize(img, w as usize, h as usize, self.filter);
+            &resized
+        } else {
+            img
+        };
+        let (ow, oh) = self.output_size();
+        // Center crop (or zero-pad, as transformers does when the image is smaller), then to
+        // channels-first floats.
+        let top = floor_half(img.height as i64 - oh as i64);
+        let left = floor_half(img.width as i64 - ow as i64);
+        let mut data = vec![0f32; 3 * oh * ow];
+        for ch in 0..3 {
+            let mean = cfg.image_mean[ch];
+            let std = cfg.image_std[ch];
+            for y in 0..oh {
+                for x in 0..ow {
+                    let (sy, sx) = (y as i64 + top, x as i64 + left);
+                    let p = if sy >= 0 && sx >= 0 && (sy as usize) < img.height && (sx as usize) < img.width {
+                        img.data[(sy as usize * img.width + sx as usize) * 3 + ch]
+                    } else {
+                        0
+                    };
+                    // transformers rescales in f64 and casts to f32, then normalizes in f32.
+                    let mut v = if cfg.do_rescale { (p as f64 * cfg.rescale_factor) as f32 } else { p as f32 };
+                    if cfg.do_normalize {
+                        v = (v - mean) / std;
+                    }
+                    data[(ch * oh + y) * ow + x] = v;
+                }
+            }
+        }
+        Pixels { height: oh, width: ow, data }
+    }
+}
+
+/// `n // 2` rounding toward negative infinity, as Python does.
+fn floor_half(n: i64) -> i64 {
+    n.div_euclid(2)
+}
+
+/// Decodes PNG, JPEG, WebP, GIF or BMP into 8-bit RGB, compositing transparency onto white.
+pub fn decode_rgb(bytes: &[u8], limits: &ImageLimits) -> Result<Rgb8, MediaError> {
+    let reader = ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| MediaError::Decode(format!("cannot read the image: {e}")))?;
+    if reader.format().is_none() {
+        return Err(MediaError::Unsupported("not a PNG, JPEG, WebP, GIF or BMP image".into()));
+    }
+    let (w, h) = reader.into_dimensions().map_err(|e| MediaError::Decode(format!("cannot read the image: {e}")))?;
+    if w < MIN_SIDE || h < MIN_SIDE {
+        return Err(MediaError::TooSmall(format!("the image is {w}x{h}; both sides must be at least {MIN_SIDE} px")));
+    }
+    if w as u64 * h as u64 > limits.max_pixels {
+        return Err(MediaError::TooLarge(format!(
+            "the image declares {w}x{h} = {} pixels; the limit is {}",
+            w as u64 * h as u64,
+            limits.max_pixels
+        )));
+    }
+    let mut reader = ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| MediaError::Decode(format!("cannot read the image: {e}")))?;
+    let mut l = Limits::default();
+    l.max_image_width = Some(w);
+    l.max_image_height = Some(h);
+    // Decoded RGBA at 16 bits per channel, and some slack for the decoder's own buffers.
+    l.max_alloc = Some(w as u64 * h as u64 * 8 + (16 << 20));
+    reader.limits(l);
+    let img = reader.decode().map_err(|e| MediaError::Decode(format!("cannot decode the image: {e}")))?;
+    Ok(to_rgb(img))
+}
+
+fn to_rgb(img: DynamicImage) -> Rgb8 {
+    let (width, height) = (img.width() as usize, img.height() as usize);
+    if !img.color().has_alpha() {
+        return Rgb8 { width, height, data: img.into_rgb8().into_raw() };
+    }
+    composite_on_white(width, height, &img.into_rgba8().into_raw())
+}
+
+/// RGBA to RGB over a white background, as transformers' `convert_to_rgb` does.
+pub fn composite_on_white(width: usize, height: usize, rgba: &[u8]) -> Rgb8 {
+    let data = rgba.chunks_exact(4).flat_map(|p| over_white(p[3], [p[0], p[1], p[2]])).collect();
+    Rgb8 { width, height, data }
+}
+
+/// Pillow's `alpha_composite` of a pixel onto opaque white, in its fixed-point arithmetic.
+fn over_white(alpha: u8, rgb: [u8; 3]) -> [u8; 3] {
+    if alpha == 0 {
+        return [255; 3];
+    }
+    const SHIFT: u32 = 7;
+    let a = alpha as u32;
+    let coef1 = a << SHIFT;
+    let coef2 = (255 - a) << SHIFT;
+    let div255 = |v: u32| ((v >> 8) + v) >> 8;
+    rgb.map(|c| (div255(c as u32 * coef1 + 255 * coef2 + (0x80 << SHIFT)) >> SHIFT) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shortest_edge_keeps_the_aspect_ratio_like_transformers() {
+        let s = Size::ShortestEdge { shortest_edge: 224 };
+        assert_eq!(s.resolve(640, 480), (298, 224));
+        assert_eq!(s.resolve(41, 75), (224, 409));
+        assert_eq!(s.resolve(100, 100), (224, 224));
+    }
+
+    #[test]
+    fn opaque_and_clear_pixels_composite_exactly() {
+        assert_eq!(over_white(255, [1, 2, 3]), [1, 2, 3]);
+        assert_eq!(over_white(0, [1, 2, 3]), [255, 255, 255]);
+    }
+}
