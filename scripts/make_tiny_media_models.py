@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny seeded random CLIP model, real test media, and the outputs transformers computes for them.
+"""Tiny seeded random CLIP and CLAP models, real test media, and the outputs transformers computes for them.
 
 Run on a developer machine with torch and Pillow (not in CI; the outputs are committed):
     pip install sentence-transformers pillow
@@ -7,8 +7,12 @@ Run on a developer machine with torch and Pillow (not in CI; the outputs are com
     python3 scripts/make_tiny_media_models.py tests/fixtures/tiny open_clip_torch-*.whl
 
 Writes `<out>/clip/` (config.json, model.safetensors in float16 as many hub checkpoints are,
-tokenizer.json, preprocessor_config.json, reference.json) and `<out>/media/` (the test images).
-The reference uses transformers' PIL image processor, the one that reproduces OpenAI CLIP's preprocessing.
+tokenizer.json, preprocessor_config.json, reference.json), `<out>/clap/` (the same for an HTSAT + RoBERTa
+CLAP) and `<out>/media/` (the test images and audio clips).
+The CLIP reference uses transformers' PIL image processor, the one that reproduces OpenAI CLIP's
+preprocessing. The CLAP reference uses ClapFeatureExtractor; where Aleph goes further than transformers
+(other sample rates, stereo, clips longer than the window) the reference states the step it adds:
+`scipy.signal.resample_poly` to the model's rate, the mean of the channels, the centre window.
 """
 import base64
 import gzip
@@ -142,6 +146,104 @@ def clip(out, wheel, media_dir, media):
     }))
 
 
+AUDIO_TEXTS = ["a dog barking", "Rain on a tin roof, then thunder.", "", "music " * 200]
+
+
+def test_audio(out):
+    """Clips as soundfile writes them: (file, how Aleph must read it to reach the model's rate)."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(SEED + 1)
+
+    def chirp(rate, seconds, channels=1):
+        t = np.arange(int(rate * seconds)) / rate
+        x = 0.4 * np.sin(2 * np.pi * (300 + 900 * t) * t) + 0.05 * rng.normal(size=t.size)
+        x = np.clip(x, -1, 1)
+        if channels == 2:
+            x = np.stack([x, np.roll(x, 100) * 0.5], axis=1)
+        return x
+
+    sf.write(out / "chirp-48k.wav", chirp(48000, 1.3), 48000, subtype="PCM_16")
+    sf.write(out / "chirp-48k.flac", sf.read(out / "chirp-48k.wav")[0], 48000, subtype="PCM_16")
+    sf.write(out / "long-stereo-48k.wav", chirp(48000, 3.1, channels=2), 48000, subtype="PCM_16")
+    sf.write(out / "speech-16k.wav", chirp(16000, 0.9), 16000, subtype="PCM_16")
+    return ["chirp-48k.wav", "chirp-48k.flac", "long-stereo-48k.wav", "speech-16k.wav"]
+
+
+def bpe_tokenizer(corpus):
+    """A byte-level BPE tokenizer in RoBERTa's layout (<s> A </s>), trained on the STS sentences."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=700, special_tokens=specials,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=False)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", mask_token="<mask>", model_max_length=64)
+
+
+def clap(out, media_dir, clips):
+    import soundfile as sf
+    from scipy.signal import resample_poly
+    from transformers import ClapConfig, ClapFeatureExtractor, ClapModel
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_tiny_models import sentences
+
+    torch.manual_seed(SEED)
+    tok = bpe_tokenizer(sentences())
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=66, type_vocab_size=1, pad_token_id=1, projection_dim=24)
+    audio = dict(num_mel_bins=16, spec_size=64, patch_size=4, patch_stride=[4, 4], window_size=4,
+                 patch_embeds_hidden_size=16, depths=[2, 2], num_attention_heads=[2, 4], hidden_size=32,
+                 projection_dim=24, enable_fusion=False)
+    cfg = ClapConfig(text_config=text, audio_config=audio, projection_dim=24)
+    model = ClapModel(cfg).eval()
+    # Non-trivial batch-norm statistics, so a missing normalization shows.
+    with torch.no_grad():
+        bn = model.audio_model.audio_encoder.batch_norm
+        bn.running_mean.copy_(torch.randn(16) * 5 - 40)
+        bn.running_var.copy_(torch.rand(16) * 30 + 5)
+    fe = ClapFeatureExtractor(feature_size=16, sampling_rate=48000, hop_length=480, max_length_s=2,
+                              fft_window_size=1024, frequency_min=50, frequency_max=14000,
+                              truncation="rand_trunc", padding="repeatpad")
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    fe.save_pretrained(out)
+
+    rate, window = fe.sampling_rate, fe.nb_max_samples
+    clips_ref = []
+    for name in clips:
+        x, sr = sf.read(media_dir / name, dtype="float64", always_2d=True)
+        x = x.mean(axis=1)  # mono
+        if sr != rate:
+            g = np.gcd(sr, rate)
+            x = resample_poly(x, rate // g, sr // g)
+        if len(x) > window:  # the centre window, where transformers would crop at random
+            start = (len(x) - window) // 2
+            x = x[start:start + window]
+        feats = fe(x, sampling_rate=rate, return_tensors="pt")
+        with torch.no_grad():
+            emb = model.get_audio_features(**feats).pooler_output
+        clips_ref.append({"file": name, "sampling_rate": sr, "input_features": feats["input_features"][0].flatten().tolist(),
+                          "embedding": emb[0].tolist()})
+
+    texts = []
+    for t in AUDIO_TEXTS:
+        enc = tok([t], truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            emb = model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).pooler_output
+        texts.append({"text": t, "input_ids": enc["input_ids"][0].tolist(), "embedding": emb[0].tolist()})
+    (out / "reference.json").write_text(json.dumps({
+        "note": "embeddings are transformers' get_*_features outputs (L2-normalized)",
+        "clips": clips_ref, "texts": texts,
+    }))
+
+
 def main():
     root, wheel = Path(sys.argv[1]), Path(sys.argv[2])
     media_dir = root / "media"
@@ -150,7 +252,11 @@ def main():
     d = root / "clip"
     d.mkdir(parents=True, exist_ok=True)
     clip(d, wheel, media_dir, media)
-    print("wrote", d, "and", media_dir)
+    clips = test_audio(media_dir)
+    d = root / "clap"
+    d.mkdir(parents=True, exist_ok=True)
+    clap(d, media_dir, clips)
+    print("wrote", root / "clip", root / "clap", "and", media_dir)
 
 
 if __name__ == "__main__":

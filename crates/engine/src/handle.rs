@@ -6,7 +6,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aleph_models::quantize::{quantize, Calibration, EmbeddingDtype, CALIBRATION_TEXT};
-use aleph_models::{Batch, ImageProcessor, LoadedModel, ModelError, ModelInfo, Pixels, Task, TextTokenizer};
+use aleph_models::{
+    AudioProcessor, Batch, ImageProcessor, LoadedModel, ModelError, ModelInfo, Pixels, Task, TextTokenizer,
+};
 use tokio::sync::oneshot;
 
 use crate::batcher::BatchPolicy;
@@ -38,6 +40,8 @@ pub enum Input {
     Text(String),
     Pair(String, String),
     Image(Vec<u8>),
+    /// An encoded audio clip (WAV, FLAC, MP3, OGG) for a model with an audio tower.
+    Audio(Vec<u8>),
 }
 
 /// Outputs for one request, in input order, with what they cost.
@@ -72,6 +76,7 @@ pub struct ModelHandle {
     info: ModelInfo,
     tokenizer: Arc<TextTokenizer>,
     images: Option<Arc<ImageProcessor>>,
+    audio: Option<Arc<AudioProcessor>>,
     pool: Arc<TokenizerPool>,
     queue: Arc<Queue>,
     config: HandleConfig,
@@ -89,11 +94,14 @@ impl ModelHandle {
         config: HandleConfig,
         pool: Arc<TokenizerPool>,
     ) -> Result<Self, ModelError> {
-        let LoadedModel { model, tokenizer, images, info } = loaded;
+        let LoadedModel { model, tokenizer, images, audio, info } = loaded;
         if config.warmup {
             warmup(&name, model.as_ref(), &tokenizer, &info, &config)?;
             if let Some(images) = &images {
                 warmup_images(&name, model.as_ref(), images, &info, &config)?;
+            }
+            if let Some(audio) = &audio {
+                warmup_audio(&name, model.as_ref(), audio, &info, &config)?;
             }
         }
         let calibration = if config.embedding_dtype.needs_calibration() && info.task == Task::Embed {
@@ -115,6 +123,7 @@ impl ModelHandle {
             info,
             tokenizer: Arc::new(tokenizer),
             images: images.map(Arc::new),
+            audio: audio.map(Arc::new),
             pool,
             queue,
             config,
@@ -186,9 +195,9 @@ impl ModelHandle {
 
     /// Tokenizes texts and decodes images on the pool, split into one chunk per pool thread.
     async fn prepare(&self, inputs: Vec<Input>) -> Result<Vec<Prepared>, EngineError> {
-        let has_images = inputs.iter().any(|i| matches!(i, Input::Image(_)));
-        // Images cost far more than texts to prepare: one per job, so they spread over the pool.
-        let chunk = if has_images { 1 } else { inputs.len().div_ceil(self.pool.workers()).max(16) };
+        let has_media = inputs.iter().any(|i| matches!(i, Input::Image(_) | Input::Audio(_)));
+        // Media cost far more than texts to prepare: one per job, so they spread over the pool.
+        let chunk = if has_media { 1 } else { inputs.len().div_ceil(self.pool.workers()).max(16) };
         let mut jobs = Vec::new();
         let mut inputs = inputs.into_iter();
         loop {
@@ -198,7 +207,8 @@ impl ModelHandle {
             }
             let tok = self.tokenizer.clone();
             let images = self.images.clone();
-            let image_cost = self.info.image_cost;
+            let audio = self.audio.clone();
+            let (image_cost, audio_cost) = (self.info.image_cost, self.info.audio_cost);
             jobs.push(self.pool.run(move || {
                 part.into_iter()
                     .map(|input| match input {
@@ -210,6 +220,13 @@ impl ModelHandle {
                                 .map(|pixels| Prepared::Image { pixels, cost: image_cost })
                                 .map_err(|e| EngineError::BadMedia(e.to_string())),
                             None => Err(EngineError::BadMedia("this model does not take images".into())),
+                        },
+                        Input::Audio(bytes) => match &audio {
+                            Some(p) => p
+                                .process(&bytes)
+                                .map(|features| Prepared::Audio { features, cost: audio_cost })
+                                .map_err(|e| EngineError::BadMedia(e.to_string())),
+                            None => Err(EngineError::BadMedia("this model does not take audio".into())),
                         },
                     })
                     .collect::<Result<Vec<_>, _>>()
@@ -282,6 +299,23 @@ fn warmup_images(
         secs * 1e3,
         count as f64 / secs
     );
+    Ok(())
+}
+
+/// Runs the largest clip batch the limits allow through the audio tower (silence, full window).
+fn warmup_audio(
+    name: &str,
+    model: &dyn aleph_models::Model,
+    audio: &AudioProcessor,
+    info: &ModelInfo,
+    config: &HandleConfig,
+) -> Result<(), ModelError> {
+    let count = (config.max_batch_tokens / info.audio_cost.max(1)).clamp(1, config.batch_size);
+    let clip = audio.features(&[0.0; 16]);
+    let started = Instant::now();
+    model.forward_audio(&vec![clip; count])?;
+    let secs = started.elapsed().as_secs_f64();
+    tracing::info!(model = name, "warm-up: {count} clips in {:.0} ms ({:.1} clips/s)", secs * 1e3, count as f64 / secs);
     Ok(())
 }
 

@@ -1,14 +1,19 @@
 //! An input after preprocessing: what waits in the queue and what a batch is built from.
 
-use aleph_models::{Encoded, Pixels};
+use aleph_models::{AudioFeatures, Encoded, Pixels};
 
-/// A tokenized text (or pair), or a preprocessed image.
+/// A tokenized text (or pair), a preprocessed image, or an audio clip's features.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Prepared {
     Tokens(Encoded),
     /// Pixels with the tokens the vision tower spends on them, so images share the token budget.
     Image {
         pixels: Pixels,
+        cost: usize,
+    },
+    /// Log-mel features with the tokens the audio tower spends on them.
+    Audio {
+        features: AudioFeatures,
         cost: usize,
     },
 }
@@ -18,7 +23,7 @@ impl Prepared {
     pub fn cost(&self) -> usize {
         match self {
             Prepared::Tokens(e) => e.len(),
-            Prepared::Image { cost, .. } => *cost,
+            Prepared::Image { cost, .. } | Prepared::Audio { cost, .. } => *cost,
         }
     }
 }

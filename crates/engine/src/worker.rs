@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use aleph_models::{Batch, Model, Pixels};
+use aleph_models::{AudioFeatures, Batch, Model, Pixels};
 use crossbeam_channel::{Receiver, SendTimeoutError, Sender};
 
 use crate::batcher::BatchPolicy;
@@ -75,13 +75,15 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
     if items.is_empty() {
         return;
     }
-    // Texts form one packed batch, images another; outputs go back in item order.
+    // Texts form one packed batch, images and clips their own; outputs go back in item order.
     let mut batch = Batch::new();
     let mut images = Vec::new();
+    let mut clips = Vec::new();
     for item in &items {
         match &item.input {
             Prepared::Tokens(e) => batch.push(&e.ids, &e.type_ids),
             Prepared::Image { pixels, .. } => images.push(pixels.clone()),
+            Prepared::Audio { features, .. } => clips.push(features.clone()),
         }
     }
     let labels = [("model", model_name.to_string())];
@@ -90,7 +92,7 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
 
     stats.running.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| forward(model, &batch, &images, &items)));
+    let result = catch_unwind(AssertUnwindSafe(|| forward(model, &batch, &images, &clips, &items)));
     let inference_time = started.elapsed();
     stats.running.fetch_sub(1, Ordering::Relaxed);
     stats.last_batch_size.store(items.len(), Ordering::Relaxed);
@@ -117,8 +119,14 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
     }
 }
 
-/// Runs the texts and the images of a batch; one vector per item, in item order.
-fn forward(model: &dyn Model, batch: &Batch, images: &[Pixels], items: &[Item]) -> Result<Vec<Vec<f32>>, String> {
+/// Runs the texts, images and clips of a batch; one vector per item, in item order.
+fn forward(
+    model: &dyn Model,
+    batch: &Batch,
+    images: &[Pixels],
+    clips: &[AudioFeatures],
+    items: &[Item],
+) -> Result<Vec<Vec<f32>>, String> {
     let run = |out: Result<aleph_models::Output, aleph_models::ModelError>, want: usize| {
         let out = out.map_err(|e| e.to_string())?;
         if out.vectors.len() != want {
@@ -129,11 +137,14 @@ fn forward(model: &dyn Model, batch: &Batch, images: &[Pixels], items: &[Item]) 
     let mut texts = if batch.is_empty() { Vec::new().into_iter() } else { run(model.forward(batch), batch.len())? };
     let mut pictures =
         if images.is_empty() { Vec::new().into_iter() } else { run(model.forward_images(images), images.len())? };
+    let mut sounds =
+        if clips.is_empty() { Vec::new().into_iter() } else { run(model.forward_audio(clips), clips.len())? };
     items
         .iter()
         .map(|item| match item.input {
             Prepared::Tokens(_) => texts.next(),
             Prepared::Image { .. } => pictures.next(),
+            Prepared::Audio { .. } => sounds.next(),
         })
         .map(|v| v.ok_or_else(|| "model returned too few outputs".to_string()))
         .collect()

@@ -24,6 +24,7 @@ pub fn load_debug() -> LoadedModel {
         model: Box::new(DebugModel),
         tokenizer: TextTokenizer::bytes(DEBUG_WINDOW),
         images: None,
+        audio: None,
         info: ModelInfo {
             task: Task::Embed,
             backend: "debugengine",
@@ -36,6 +37,8 @@ pub fn load_debug() -> LoadedModel {
             weight_bytes: 0,
             image_input: false,
             image_cost: 0,
+            audio_input: false,
+            audio_cost: 0,
         },
     }
 }

@@ -23,6 +23,7 @@ pub mod tokenizer;
 pub use batch::{Batch, Output};
 pub use error::ModelError;
 pub use loader::{load, Backend, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+pub use media::audio::{AudioFeatures, AudioProcessor};
 pub use media::image::{ImageProcessor, Pixels};
 pub use media::MediaError;
 pub use pooling::{Pooling, PoolingChoice};

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use candle_nn::VarBuilder;
 
 use crate::architectures::bert::{self, Bert, BertConfig, Flavor};
+use crate::architectures::clap::{Clap, ClapConfig};
 use crate::architectures::clip::{Clip, ClipConfig};
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
@@ -14,6 +15,7 @@ use crate::cpu::bert::FastBert;
 use crate::encoder::Encoder;
 use crate::error::{read_json, ModelError};
 use crate::heads::{Head, HostLinear};
+use crate::media::audio::{AudioFeatures, AudioLimits, AudioProcessor};
 use crate::media::image::{ImageLimits, ImageProcessor, Pixels};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::st_config::SentenceTransformerConfig;
@@ -28,6 +30,12 @@ pub trait Model: Send + Sync {
     fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
         let _ = images;
         Err(ModelError::Unsupported("this model has no image input".into()))
+    }
+
+    /// One output per clip's features, for models with an audio tower.
+    fn forward_audio(&self, clips: &[AudioFeatures]) -> Result<Output, ModelError> {
+        let _ = clips;
+        Err(ModelError::Unsupported("this model has no audio input".into()))
     }
 }
 
@@ -52,6 +60,10 @@ pub struct ModelInfo {
     pub image_input: bool,
     /// Token-equivalents one image costs in a batch (the vision tower's sequence length).
     pub image_cost: usize,
+    /// Whether the model embeds audio (CLAP) besides text.
+    pub audio_input: bool,
+    /// Token-equivalents one clip costs in a batch (the audio tower's first-stage tokens).
+    pub audio_cost: usize,
 }
 
 impl ModelInfo {
@@ -60,6 +72,9 @@ impl ModelInfo {
         let mut caps = self.task.capabilities().to_vec();
         if self.image_input {
             caps.push("image_embed");
+        }
+        if self.audio_input {
+            caps.push("audio_embed");
         }
         caps
     }
@@ -70,6 +85,8 @@ pub struct LoadedModel {
     pub tokenizer: TextTokenizer,
     /// Decodes and prepares images, for models with image input.
     pub images: Option<ImageProcessor>,
+    /// Decodes audio and extracts features, for models with audio input.
+    pub audio: Option<AudioProcessor>,
     pub info: ModelInfo,
 }
 
@@ -156,18 +173,22 @@ pub struct LoadOptions {
     pub backend: Backend,
     /// What a client's image may cost (models with image input).
     pub image_limits: ImageLimits,
+    /// What a client's audio clip may cost (models with audio input).
+    pub audio_limits: AudioLimits,
 }
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let arch = ArchConfig::read(dir)?;
-    if arch.model_type == "clip" {
-        return load_clip(dir, &arch, opts);
+    match arch.model_type.as_str() {
+        "clip" => return load_clip(dir, &arch, opts),
+        "clap" => return load_clap(dir, &arch, opts),
+        _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip, clap",
             arch.model_type, arch.architectures
         ))),
     }
@@ -244,9 +265,11 @@ fn load_bert_family(
         weight_bytes: if backend == "candle" { file_bytes(dir)? } else { encoder.weight_bytes() },
         image_input: false,
         image_cost: 0,
+        audio_input: false,
+        audio_cost: 0,
     };
     let model = EncoderModel { encoder, head };
-    Ok(LoadedModel { model: Box::new(model), tokenizer, images: None, info })
+    Ok(LoadedModel { model: Box::new(model), tokenizer, images: None, audio: None, info })
 }
 
 /// candle maps the files and pages weights in as they are used: the files' size is what it holds.
@@ -285,8 +308,60 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         weight_bytes: file_bytes(dir)?,
         image_input: true,
         image_cost: clip.vision.tokens_per_image(),
+        audio_input: false,
+        audio_cost: 0,
     };
-    Ok(LoadedModel { model: Box::new(ClipModel { clip }), tokenizer, images: Some(images), info })
+    Ok(LoadedModel { model: Box::new(ClipModel { clip }), tokenizer, images: Some(images), audio: None, info })
+}
+
+/// CLAP: text and audio into one space, L2-normalized as transformers and Infinity return them.
+fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    if opts.dtype == DType::Int8 {
+        return Err(ModelError::InvalidOption("--dtype int8 is available for BERT-family encoders only".into()));
+    }
+    let cfg: ClapConfig = read_json(&dir.join("config.json"))?;
+    let device = opts.device.candle()?;
+    let clap = Clap::load(var_builder(dir, &device)?, &cfg)?;
+    let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
+    let window = clap.text.window();
+    let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
+    let info = ModelInfo {
+        task: Task::Embed,
+        backend: "candle",
+        architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ClapModel".into()),
+        dim: clap.dim,
+        window,
+        pads: true,
+        // The text tower pools its first token; clips average the final grid.
+        pooling: Pooling::Cls,
+        normalize: true,
+        weight_bytes: file_bytes(dir)?,
+        image_input: false,
+        image_cost: 0,
+        audio_input: true,
+        audio_cost: clap.audio.tokens_per_clip(),
+    };
+    Ok(LoadedModel { model: Box::new(ClapModel { clap }), tokenizer, images: None, audio: Some(audio), info })
+}
+
+struct ClapModel {
+    clap: Clap,
+}
+
+impl Model for ClapModel {
+    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
+        if batch.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: normalized(self.clap.text.forward(batch)?) })
+    }
+
+    fn forward_audio(&self, clips: &[AudioFeatures]) -> Result<Output, ModelError> {
+        if clips.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: normalized(self.clap.audio.forward(clips)?) })
+    }
 }
 
 struct ClipModel {

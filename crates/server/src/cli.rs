@@ -136,6 +136,10 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_MEDIA_MAX_PIXELS", default_value_t = 64 * 1024 * 1024, help_heading = "Media")]
     pub media_max_pixels: u64,
 
+    /// Longest audio clip decoded, in seconds (the model sees its window: the centre of a longer clip).
+    #[arg(long, env = "ALEPH_MEDIA_MAX_SECONDS", default_value_t = 600.0, help_heading = "Media")]
+    pub media_max_seconds: f64,
+
     /// Seconds a media URL may take to download, redirects included.
     #[arg(long, env = "ALEPH_MEDIA_TIMEOUT", default_value_t = 20.0, help_heading = "Media")]
     pub media_timeout: f64,
@@ -217,6 +221,8 @@ pub struct ModelSpec {
     pub warmup: bool,
     /// `--media-max-pixels`, applied by the model's image processor.
     pub max_image_pixels: u64,
+    /// `--media-max-seconds`, applied by the model's audio processor.
+    pub max_audio_seconds: f64,
 }
 
 impl ServeArgs {
@@ -261,6 +267,7 @@ impl ServeArgs {
                 embedding_dtype: embedding_dtype[i].clone().unwrap_or_else(|| "float32".into()),
                 warmup: self.warmup(),
                 max_image_pixels: self.media_max_pixels,
+                max_audio_seconds: self.media_max_seconds,
             })
             .collect();
         for spec in &specs {

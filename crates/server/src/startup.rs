@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
+use aleph_models::media::audio::AudioLimits;
 use aleph_models::media::image::ImageLimits;
 use aleph_models::{hub, Backend, LoadOptions};
 use anyhow::{anyhow, Context};
@@ -109,6 +110,7 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
         device: spec.device.parse().map_err(|e: String| anyhow!("--device: {e}"))?,
         backend: if spec.engine == Engine::Candle { Backend::Candle } else { Backend::Auto },
         image_limits: ImageLimits { max_pixels: spec.max_image_pixels },
+        audio_limits: AudioLimits { max_seconds: spec.max_audio_seconds },
     };
     let (loaded, source) = match spec.engine {
         Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string()),

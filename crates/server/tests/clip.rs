@@ -4,21 +4,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use axum::extract::Path;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use base64::Engine as _;
+use common::media::{data_uri, file_uri, max_diff, media_dir, start_web, wav_16bit_mono};
 use common::{floats, repo_root, Server};
 use serde_json::{json, Value};
-
-fn media_dir() -> PathBuf {
-    repo_root().join("tests/fixtures/tiny/media")
-}
 
 fn clip_dir() -> String {
     repo_root().join("tests/fixtures/tiny/clip").to_string_lossy().into_owned()
@@ -29,71 +18,14 @@ fn reference() -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn data_uri(mime: &str, bytes: &[u8]) -> String {
-    format!("data:{mime};base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes))
-}
-
-fn file_uri(name: &str) -> String {
-    let mime = if name.ends_with(".jpg") { "image/jpeg" } else { "image/png" };
-    data_uri(mime, &std::fs::read(media_dir().join(name)).unwrap())
-}
-
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.iter_mut().for_each(|x| *x /= n);
     v
 }
 
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
 fn embeddings(body: &Value) -> Vec<Vec<f32>> {
     body["data"].as_array().unwrap().iter().map(|d| floats(&d["embedding"])).collect()
-}
-
-async fn media_file(Path(name): Path<String>) -> Response {
-    match std::fs::read(media_dir().join(&name)) {
-        Ok(bytes) => bytes.into_response(),
-        Err(_) => StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
-/// A stand-in for the web: media files, redirects, a huge body, a slow answer.
-fn start_web() -> String {
-    let app = Router::new()
-        .route("/media/{name}", get(media_file))
-        .route(
-            "/redirect/{name}",
-            get(|Path(name): Path<String>| async move {
-                (StatusCode::FOUND, [(header::LOCATION, format!("/media/{name}"))]).into_response()
-            }),
-        )
-        .route(
-            "/to-metadata",
-            get(|| async {
-                (StatusCode::FOUND, [(header::LOCATION, "http://169.254.169.254/latest/meta-data/")]).into_response()
-            }),
-        )
-        .route("/big", get(|| async { vec![0u8; 3 << 20] }))
-        .route(
-            "/slow",
-            get(|| async {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                "late"
-            }),
-        );
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    format!("http://{}", rx.recv().unwrap())
 }
 
 fn clip_server(extra: &[&str]) -> Server {
@@ -220,25 +152,6 @@ fn png_declaring(w: u32, h: u32) -> Vec<u8> {
     chunk(&mut png, b"IDAT", &[0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01]);
     chunk(&mut png, b"IEND", &[]);
     png
-}
-
-/// A real (tiny) PCM WAV file.
-fn wav_16bit_mono(rate: u32, samples: &[i16]) -> Vec<u8> {
-    let data: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
-    let mut w = b"RIFF".to_vec();
-    w.extend((36 + data.len() as u32).to_le_bytes());
-    w.extend(b"WAVEfmt ");
-    w.extend(16u32.to_le_bytes());
-    w.extend(1u16.to_le_bytes()); // PCM
-    w.extend(1u16.to_le_bytes()); // mono
-    w.extend(rate.to_le_bytes());
-    w.extend((rate * 2).to_le_bytes());
-    w.extend(2u16.to_le_bytes());
-    w.extend(16u16.to_le_bytes());
-    w.extend(b"data");
-    w.extend((data.len() as u32).to_le_bytes());
-    w.extend(data);
-    w
 }
 
 #[test]

@@ -1,4 +1,5 @@
 //! One architecture per file. Each turns a [`crate::Batch`] into per-token hidden states.
 
 pub mod bert;
+pub mod clap;
 pub mod clip;

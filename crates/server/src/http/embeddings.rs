@@ -121,7 +121,8 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
                 FetchError::Invalid(m) => ApiError::unprocessable(m).with_param(format!("input[{i}]")),
                 FetchError::Failed(m) => ApiError::bad_request(m).with_param(format!("input[{i}]")),
             })?;
-            bytes.into_iter().map(Input::Image).collect()
+            let wrap = if req.modality == Modality::Image { Input::Image } else { Input::Audio };
+            bytes.into_iter().map(wrap).collect()
         }
     };
     let dims = validate_dimensions(req.dimensions, model.info().dim)?;

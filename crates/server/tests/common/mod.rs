@@ -1,6 +1,8 @@
 //! Spawns the real `aleph` binary and talks HTTP to it.
 #![allow(dead_code)]
 
+pub mod media;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,70 @@
+//! CLAP against transformers: the tiny seeded HTSAT + RoBERTa model and test clips from
+//! `scripts/make_tiny_media_models.py`, with the features and embeddings transformers computed
+//! (after the documented steps transformers lacks: resampling, downmix, centre window).
+
+use std::path::PathBuf;
+
+use aleph_models::{load, Batch, LoadOptions};
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny")
+}
+
+fn reference() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("clap/reference.json")).unwrap()).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn audio_features_and_embeddings_match_transformers() {
+    let loaded = load(&fixtures().join("clap"), &LoadOptions::default()).unwrap();
+    let processor = loaded.audio.as_ref().unwrap();
+    let r = reference();
+    let mut all = Vec::new();
+    for clip in r["clips"].as_array().unwrap() {
+        let file = clip["file"].as_str().unwrap();
+        let bytes = std::fs::read(fixtures().join("media").join(file)).unwrap();
+        let features = processor.process(&bytes).unwrap();
+        let d = max_diff(&features.data, &floats(&clip["input_features"]));
+        assert!(d < 1e-4, "{file}: features differ by {d} dB");
+        let out = loaded.model.forward_audio(std::slice::from_ref(&features)).unwrap();
+        let d = max_diff(&out.vectors[0], &floats(&clip["embedding"]));
+        assert!(d < 1e-4, "{file}: embedding differs by {d}");
+        all.push((features, out.vectors[0].clone()));
+    }
+    // A batch computes each clip as alone.
+    let feats: Vec<_> = all.iter().map(|(f, _)| f.clone()).collect();
+    let out = loaded.model.forward_audio(&feats).unwrap();
+    for ((_, alone), batched) in all.iter().zip(&out.vectors) {
+        assert!(max_diff(alone, batched) < 1e-5);
+    }
+    assert_eq!(loaded.info.capabilities(), vec!["embed", "audio_embed"]);
+}
+
+#[test]
+fn text_tower_matches_transformers() {
+    let loaded = load(&fixtures().join("clap"), &LoadOptions::default()).unwrap();
+    let r = reference();
+    let texts = r["texts"].as_array().unwrap();
+    let mut batch = Batch::new();
+    for t in texts {
+        let enc = loaded.tokenizer.encode(t["text"].as_str().unwrap()).unwrap();
+        let want: Vec<u32> = t["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        assert_eq!(enc.ids, want, "token ids of {:?}", t["text"]);
+        batch.push(&enc.ids, &enc.type_ids);
+    }
+    let out = loaded.model.forward(&batch).unwrap();
+    for (t, got) in texts.iter().zip(&out.vectors) {
+        let d = max_diff(got, &floats(&t["embedding"]));
+        assert!(d < 1e-4, "{:?}: embedding differs by {d}", t["text"]);
+    }
+}
