@@ -12,6 +12,7 @@ use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
 use crate::cpu::bert::FastBert;
+use crate::cpu::clip::FastClip;
 use crate::encoder::Encoder;
 use crate::error::{read_json, ModelError};
 use crate::heads::{Head, HostLinear};
@@ -284,34 +285,57 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     }
     let cfg: ClipConfig = read_json(&dir.join("config.json"))?;
     let device = opts.device.candle()?;
-    let clip = Clip::load(var_builder(dir, &device)?, &cfg)?;
+    let vb = var_builder(dir, &device)?;
+    // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
+    let (towers, backend) = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
+        Backend::Auto => (ClipTowers::Cpu(Box::new(FastClip::load(vb, &cfg)?)), "aleph-cpu"),
+        Backend::Candle => (ClipTowers::Candle(Box::new(Clip::load(vb, &cfg)?)), "candle"),
+    };
+    let vision = &cfg.vision_config;
+    let side = vision.image_size;
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
-    let side = clip.vision.image_size();
     if images.output_size() != (side, side) {
         return Err(ModelError::Unsupported(format!(
             "preprocessor_config.json makes {:?} images; the vision tower takes {side}x{side}",
             images.output_size()
         )));
     }
-    let window = clip.text.window();
+    let window = cfg.text_config.max_position_embeddings;
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
     let info = ModelInfo {
         task: Task::Embed,
-        backend: "candle",
+        backend,
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "CLIPModel".into()),
-        dim: clip.dim,
+        dim: towers.dim(),
         window,
-        pads: true,
+        pads: backend == "candle",
         // The text tower reads its end-of-text token; images their class token.
         pooling: Pooling::LastToken,
         normalize: true,
-        weight_bytes: file_bytes(dir)?,
+        weight_bytes: match &towers {
+            ClipTowers::Cpu(c) => c.weight_bytes(),
+            ClipTowers::Candle(_) => file_bytes(dir)?,
+        },
         image_input: true,
-        image_cost: clip.vision.tokens_per_image(),
+        image_cost: (side / vision.patch_size.max(1)).pow(2) + 1,
         audio_input: false,
         audio_cost: 0,
     };
-    Ok(LoadedModel { model: Box::new(ClipModel { clip }), tokenizer, images: Some(images), audio: None, info })
+    Ok(LoadedModel { model: Box::new(ClipModel { towers }), tokenizer, images: Some(images), audio: None, info })
+}
+
+enum ClipTowers {
+    Cpu(Box<FastClip>),
+    Candle(Box<Clip>),
+}
+
+impl ClipTowers {
+    fn dim(&self) -> usize {
+        match self {
+            ClipTowers::Cpu(c) => c.dim(),
+            ClipTowers::Candle(c) => c.dim,
+        }
+    }
 }
 
 /// CLAP: text and audio into one space, L2-normalized as transformers and Infinity return them.
@@ -365,7 +389,7 @@ impl Model for ClapModel {
 }
 
 struct ClipModel {
-    clip: Clip,
+    towers: ClipTowers,
 }
 
 impl Model for ClipModel {
@@ -373,14 +397,22 @@ impl Model for ClipModel {
         if batch.is_empty() {
             return Ok(Output::default());
         }
-        Ok(Output { vectors: normalized(self.clip.text.forward(batch)?) })
+        let vectors = match &self.towers {
+            ClipTowers::Cpu(c) => c.text.forward(batch)?,
+            ClipTowers::Candle(c) => c.text.forward(batch)?,
+        };
+        Ok(Output { vectors: normalized(vectors) })
     }
 
     fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
         if images.is_empty() {
             return Ok(Output::default());
         }
-        Ok(Output { vectors: normalized(self.clip.vision.forward(images)?) })
+        let vectors = match &self.towers {
+            ClipTowers::Cpu(c) => c.vision.forward(images)?,
+            ClipTowers::Candle(c) => c.vision.forward(images)?,
+        };
+        Ok(Output { vectors: normalized(vectors) })
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use aleph_models::media::image::{composite_on_white, decode_rgb, ImageLimits};
 use aleph_models::media::resample::Rgb8;
-use aleph_models::{load, Batch, LoadOptions};
+use aleph_models::{load, Backend, Batch, LoadOptions};
 use base64::Engine as _;
 use serde_json::Value;
 
@@ -43,9 +43,21 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// Aleph's CPU kernels and the candle reference path.
+fn backends() -> [(Backend, &'static str); 2] {
+    [(Backend::Auto, "aleph-cpu"), (Backend::Candle, "candle")]
+}
+
 #[test]
 fn image_preprocessing_and_embeddings_match_transformers() {
-    let loaded = load(&fixtures().join("clip"), &LoadOptions::default()).unwrap();
+    for (backend, name) in backends() {
+        check_images(backend, name);
+    }
+}
+
+fn check_images(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("clip"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend, name);
     let processor = loaded.images.as_ref().unwrap();
     let r = reference();
     for img in r["images"].as_array().unwrap() {
@@ -74,7 +86,7 @@ fn image_preprocessing_and_embeddings_match_transformers() {
         }
         let out = loaded.model.forward_images(&[pixels]).unwrap();
         let d = max_diff(&out.vectors[0], &want_embedding);
-        assert!(d < if lossy { 2e-3 } else { 1e-4 }, "{file}: embedding differs by {d}");
+        assert!(d < if lossy { 2e-3 } else { 1e-4 }, "{name}, {file}: embedding differs by {d}");
         if !lossy {
             // And from Pillow's decode, the JPEG too.
             let out = loaded.model.forward_images(&[processor.process_rgb(&pil)]).unwrap();
@@ -84,8 +96,15 @@ fn image_preprocessing_and_embeddings_match_transformers() {
 }
 
 #[test]
-fn text_tower_matches_transformers_in_one_padded_batch() {
-    let loaded = load(&fixtures().join("clip"), &LoadOptions::default()).unwrap();
+fn text_tower_matches_transformers_in_one_batch() {
+    for (backend, name) in backends() {
+        check_texts(backend, name);
+    }
+}
+
+fn check_texts(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("clip"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend, name);
     let r = reference();
     let texts = r["texts"].as_array().unwrap();
     let mut batch = Batch::new();
@@ -98,7 +117,7 @@ fn text_tower_matches_transformers_in_one_padded_batch() {
     let out = loaded.model.forward(&batch).unwrap();
     for (t, got) in texts.iter().zip(&out.vectors) {
         let d = max_diff(got, &normalized(floats(&t["embedding"])));
-        assert!(d < 1e-4, "{:?}: embedding differs by {d}", t["text"]);
+        assert!(d < 1e-4, "{name}, {:?}: embedding differs by {d}", t["text"]);
     }
     assert_eq!(loaded.info.capabilities(), vec!["embed", "image_embed"]);
 }

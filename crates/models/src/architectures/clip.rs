@@ -150,6 +150,17 @@ impl Transformer {
     }
 }
 
+/// Where a sequence's pooled state is read, as transformers picks it: the first end-of-text token.
+pub(crate) fn pool_position(ids: &[u32], eos: u32) -> usize {
+    if eos == 2 {
+        // Legacy configs: the end-of-text token has the highest id in the vocabulary.
+        let max = ids.iter().copied().max().unwrap_or(0);
+        ids.iter().position(|&t| t == max).unwrap_or(0)
+    } else {
+        ids.iter().position(|&t| t == eos).unwrap_or(0)
+    }
+}
+
 fn weights(e: candle_core::Error) -> ModelError {
     ModelError::Weights(e.to_string())
 }
@@ -198,17 +209,6 @@ impl ClipText {
         self.window
     }
 
-    /// Where a sequence's pooled state is read, as transformers picks it.
-    fn pool_position(&self, ids: &[u32]) -> usize {
-        if self.eos == 2 {
-            // Legacy configs: the end-of-text token has the highest id in the vocabulary.
-            let max = ids.iter().copied().max().unwrap_or(0);
-            ids.iter().position(|&t| t == max).unwrap_or(0)
-        } else {
-            ids.iter().position(|&t| t == self.eos).unwrap_or(0)
-        }
-    }
-
     /// Projected (not normalized) text embeddings, one per sequence.
     pub fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<Vec<f32>>> {
         let (b, l) = (batch.len(), batch.max_len);
@@ -221,7 +221,7 @@ impl ClipText {
         for i in 0..b {
             let seq = &batch.input_ids[batch.cu_seqlens[i]..batch.cu_seqlens[i + 1]];
             ids[i * l..i * l + seq.len()].copy_from_slice(seq);
-            pool.push((i * l + self.pool_position(seq)) as u32);
+            pool.push((i * l + pool_position(seq, self.eos)) as u32);
         }
         let ids = Tensor::from_vec(ids, (b, l), &dev)?;
         let x = self.token.forward(&ids)?.broadcast_add(&self.positions.narrow(0, 0, l)?)?;

@@ -3,13 +3,10 @@
 //!
 //! Weight names are the checkpoint's, as in `architectures/bert.rs` (the candle reference path).
 
-use std::cell::RefCell;
-
 use candle_nn::VarBuilder;
-use rayon::prelude::*;
 
-use super::gemm::{gemm, Epilogue, MatRef, PackedB};
-use super::qgemm::{gemm_i8, PackedI8};
+use super::gemm::{Epilogue, MatRef};
+use super::layers::{attention, host, norm_rows, Dense, Norm};
 use super::{ops, Isa};
 use crate::architectures::bert::{BertConfig, Flavor};
 use crate::batch::Batch;
@@ -20,62 +17,6 @@ use crate::error::ModelError;
 enum Act {
     GeluErf,
     GeluTanh,
-}
-
-/// Gains and biases of a layer norm.
-struct Norm {
-    gamma: Vec<f32>,
-    beta: Vec<f32>,
-}
-
-impl Norm {
-    fn load(vb: VarBuilder, h: usize) -> candle_core::Result<Self> {
-        Ok(Norm { gamma: host(vb.get(h, "weight")?)?, beta: host(vb.get(h, "bias")?)? })
-    }
-}
-
-/// A dense layer with its weight packed for the GEMM: f32, or int8 (`--dtype int8`).
-struct Dense {
-    w: Weights,
-    b: Vec<f32>,
-}
-
-enum Weights {
-    F32(PackedB),
-    I8(PackedI8),
-}
-
-impl Dense {
-    fn load(vb: VarBuilder, inp: usize, out: usize, int8: bool) -> candle_core::Result<Self> {
-        let w = host(vb.get((out, inp), "weight")?)?;
-        Ok(Dense::new(&w, host(vb.get(out, "bias")?)?, inp, out, int8))
-    }
-
-    /// `w` is the checkpoint's `[out, in]`.
-    fn new(w: &[f32], b: Vec<f32>, inp: usize, out: usize, int8: bool) -> Self {
-        let w = if int8 {
-            Weights::I8(PackedI8::quantize(inp, out, w))
-        } else {
-            Weights::F32(PackedB::pack(inp, out, w, 1, inp))
-        };
-        Dense { w, b }
-    }
-
-    /// `c = x · wᵀ`, then the epilogue.
-    fn forward(&self, x: MatRef, c: &mut [f32], ldc: usize, epi: Epilogue) {
-        match &self.w {
-            Weights::F32(p) => gemm(x, p, c, ldc, epi, true),
-            Weights::I8(q) => gemm_i8(x, q, c, ldc, epi, true),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        let w = match &self.w {
-            Weights::F32(p) => p.bytes(),
-            Weights::I8(q) => q.bytes(),
-        };
-        w + 4 * self.b.len()
-    }
 }
 
 struct Layer {
@@ -102,10 +43,6 @@ pub struct FastBert {
     max_positions: usize,
     vocab: usize,
     isa: Isa,
-}
-
-fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
-    t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()
 }
 
 impl FastBert {
@@ -210,76 +147,6 @@ impl FastBert {
         }
         Ok(x)
     }
-
-    fn norm_rows(&self, x: &mut [f32], norm: &Norm) {
-        let (isa, eps, h) = (self.isa, self.eps, self.hidden);
-        let rows = x.len() / h;
-        let run = |row: &mut [f32]| ops::layer_norm(isa, row, &norm.gamma, &norm.beta, eps);
-        if rows >= 64 {
-            super::pool().install(|| x.par_chunks_mut(h).for_each(run));
-        } else {
-            x.chunks_mut(h).for_each(run);
-        }
-    }
-
-    /// Self-attention for every (sequence, head): `ctx[t, head] = softmax(q kᵀ / √d) v`.
-    fn attention(&self, qkv: &[f32], ctx: &mut [f32], batch: &Batch) {
-        let (h, nh) = (self.hidden, self.heads);
-        let hd = h / nh;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let isa = self.isa;
-        let out = SharedOut(ctx.as_mut_ptr());
-        let job = |(s, head): (usize, usize)| {
-            let (r0, n) = (batch.cu_seqlens[s], batch.seq_len(s));
-            if n == 0 {
-                return;
-            }
-            SCRATCH.with(|scratch| {
-                let mut scratch = scratch.borrow_mut();
-                let Scratch { scores, keys, values } = &mut *scratch;
-                let base = r0 * 3 * h + head * hd;
-                let q = MatRef { data: &qkv[base..], rows: n, cols: hd, ld: 3 * h };
-                keys.repack(hd, n, &qkv[base + h..], 1, 3 * h);
-                scores.clear();
-                scores.resize(n * n, 0.0);
-                gemm(q, keys, scores, n, Epilogue::None, false);
-                for row in scores.chunks_mut(n) {
-                    ops::softmax(isa, row, scale);
-                }
-                values.repack(n, hd, &qkv[base + 2 * h..], 3 * h, 1);
-                let p = MatRef { data: scores, rows: n, cols: n, ld: n };
-                // SAFETY: this task alone writes rows r0..r0+n, columns head·hd..(head+1)·hd of ctx.
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.at(r0 * h + head * hd), (n - 1) * h + hd) };
-                gemm(p, values, dst, h, Epilogue::None, false);
-            });
-        };
-        let pairs: Vec<(usize, usize)> = (0..batch.len()).flat_map(|s| (0..nh).map(move |hh| (s, hh))).collect();
-        super::pool().install(|| pairs.into_par_iter().for_each(job));
-    }
-}
-
-struct SharedOut(*mut f32);
-
-impl SharedOut {
-    fn at(&self, offset: usize) -> *mut f32 {
-        // SAFETY: offsets stay inside the context buffer; see `attention`.
-        unsafe { self.0.add(offset) }
-    }
-}
-
-// SAFETY: tasks write disjoint regions (see `attention`).
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
-
-#[derive(Default)]
-struct Scratch {
-    scores: Vec<f32>,
-    keys: PackedB,
-    values: PackedB,
-}
-
-thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 impl Encoder for FastBert {
@@ -316,10 +183,10 @@ impl Encoder for FastBert {
         for layer in &self.layers {
             let xm = MatRef { data: &x, rows: t, cols: h, ld: h };
             layer.qkv.forward(xm, &mut qkv, 3 * h, Epilogue::Bias(&layer.qkv.b));
-            self.attention(&qkv, &mut ctx, batch);
+            attention(self.isa, &qkv, &mut ctx, &batch.cu_seqlens, h, self.heads, false);
             let cm = MatRef { data: &ctx, rows: t, cols: h, ld: h };
             layer.attn_out.forward(cm, &mut mid, h, Epilogue::BiasResidual(&layer.attn_out.b, &x));
-            self.norm_rows(&mut mid, &layer.attn_norm);
+            norm_rows(self.isa, &mut mid, &layer.attn_norm, h, self.eps);
             let mm = MatRef { data: &mid, rows: t, cols: h, ld: h };
             let epi = match self.act {
                 Act::GeluErf => Epilogue::BiasGelu(&layer.ffn_in.b),
@@ -331,7 +198,7 @@ impl Encoder for FastBert {
             }
             let im = MatRef { data: &inter, rows: t, cols: self.inter, ld: self.inter };
             layer.ffn_out.forward(im, &mut x, h, Epilogue::BiasResidual(&layer.ffn_out.b, &mid));
-            self.norm_rows(&mut x, &layer.out_norm);
+            norm_rows(self.isa, &mut x, &layer.out_norm, h, self.eps);
         }
         Ok(TokenStates { hidden: h, data: x })
     }

@@ -6,7 +6,9 @@
 //! most of the machine idle (see BENCHMARKS.md).
 
 pub mod bert;
+pub mod clip;
 pub mod gemm;
+pub(crate) mod layers;
 pub mod ops;
 pub mod qgemm;
 

@@ -91,6 +91,14 @@ fn gelu_tanh_body(x: &mut [f32]) {
     }
 }
 
+/// OpenAI CLIP's `x · sigmoid(1.702 x)`.
+#[inline(always)]
+fn quick_gelu_body(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v /= 1.0 + exp(-1.702 * *v);
+    }
+}
+
 #[inline(always)]
 fn layer_norm_body(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     let n = x.len() as f32;
@@ -181,6 +189,7 @@ macro_rules! versions {
 versions! {
     gelu_erf(x: &mut [f32]) => gelu_erf_body;
     gelu_tanh(x: &mut [f32]) => gelu_tanh_body;
+    quick_gelu(x: &mut [f32]) => quick_gelu_body;
     layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) => layer_norm_body;
     softmax(x: &mut [f32], scale: f32) => softmax_body;
 }
