@@ -12,6 +12,7 @@ use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
 use crate::cpu::bert::FastBert;
+use crate::cpu::clap::FastClap;
 use crate::cpu::clip::FastClip;
 use crate::encoder::Encoder;
 use crate::error::{read_json, ModelError};
@@ -345,31 +346,44 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     }
     let cfg: ClapConfig = read_json(&dir.join("config.json"))?;
     let device = opts.device.candle()?;
-    let clap = Clap::load(var_builder(dir, &device)?, &cfg)?;
+    let vb = var_builder(dir, &device)?;
+    let (towers, backend) = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
+        Backend::Auto => (ClapTowers::Cpu(Box::new(FastClap::load(vb, &cfg)?)), "aleph-cpu"),
+        Backend::Candle => (ClapTowers::Candle(Box::new(Clap::load(vb, &cfg)?)), "candle"),
+    };
     let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
-    let window = clap.text.window();
+    let window = Flavor::Roberta.max_len(&cfg.text_config);
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
+    let (dim, audio_cost, weight_bytes) = match &towers {
+        ClapTowers::Cpu(c) => (c.dim(), c.audio.tokens_per_clip(), c.weight_bytes()),
+        ClapTowers::Candle(c) => (c.dim, c.audio.tokens_per_clip(), file_bytes(dir)?),
+    };
     let info = ModelInfo {
         task: Task::Embed,
-        backend: "candle",
+        backend,
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ClapModel".into()),
-        dim: clap.dim,
+        dim,
         window,
-        pads: true,
+        pads: backend == "candle",
         // The text tower pools its first token; clips average the final grid.
         pooling: Pooling::Cls,
         normalize: true,
-        weight_bytes: file_bytes(dir)?,
+        weight_bytes,
         image_input: false,
         image_cost: 0,
         audio_input: true,
-        audio_cost: clap.audio.tokens_per_clip(),
+        audio_cost,
     };
-    Ok(LoadedModel { model: Box::new(ClapModel { clap }), tokenizer, images: None, audio: Some(audio), info })
+    Ok(LoadedModel { model: Box::new(ClapModel { towers }), tokenizer, images: None, audio: Some(audio), info })
+}
+
+enum ClapTowers {
+    Cpu(Box<FastClap>),
+    Candle(Box<Clap>),
 }
 
 struct ClapModel {
-    clap: Clap,
+    towers: ClapTowers,
 }
 
 impl Model for ClapModel {
@@ -377,14 +391,22 @@ impl Model for ClapModel {
         if batch.is_empty() {
             return Ok(Output::default());
         }
-        Ok(Output { vectors: normalized(self.clap.text.forward(batch)?) })
+        let vectors = match &self.towers {
+            ClapTowers::Cpu(c) => c.text(batch)?,
+            ClapTowers::Candle(c) => c.text.forward(batch)?,
+        };
+        Ok(Output { vectors: normalized(vectors) })
     }
 
     fn forward_audio(&self, clips: &[AudioFeatures]) -> Result<Output, ModelError> {
         if clips.is_empty() {
             return Ok(Output::default());
         }
-        Ok(Output { vectors: normalized(self.clap.audio.forward(clips)?) })
+        let vectors = match &self.towers {
+            ClapTowers::Cpu(c) => c.audio.forward(clips)?,
+            ClapTowers::Candle(c) => c.audio.forward(clips)?,
+        };
+        Ok(Output { vectors: normalized(vectors) })
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use aleph_models::{load, Batch, LoadOptions};
+use aleph_models::{load, Backend, Batch, LoadOptions};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -24,9 +24,21 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// Aleph's CPU kernels and the candle reference path.
+fn backends() -> [(Backend, &'static str); 2] {
+    [(Backend::Auto, "aleph-cpu"), (Backend::Candle, "candle")]
+}
+
 #[test]
 fn audio_features_and_embeddings_match_transformers() {
-    let loaded = load(&fixtures().join("clap"), &LoadOptions::default()).unwrap();
+    for (backend, name) in backends() {
+        check_audio(backend, name);
+    }
+}
+
+fn check_audio(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("clap"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend, name);
     let processor = loaded.audio.as_ref().unwrap();
     let r = reference();
     let mut all = Vec::new();
@@ -38,7 +50,7 @@ fn audio_features_and_embeddings_match_transformers() {
         assert!(d < 1e-4, "{file}: features differ by {d} dB");
         let out = loaded.model.forward_audio(std::slice::from_ref(&features)).unwrap();
         let d = max_diff(&out.vectors[0], &floats(&clip["embedding"]));
-        assert!(d < 1e-4, "{file}: embedding differs by {d}");
+        assert!(d < 1e-4, "{name}, {file}: embedding differs by {d}");
         all.push((features, out.vectors[0].clone()));
     }
     // A batch computes each clip as alone.
@@ -52,7 +64,14 @@ fn audio_features_and_embeddings_match_transformers() {
 
 #[test]
 fn text_tower_matches_transformers() {
-    let loaded = load(&fixtures().join("clap"), &LoadOptions::default()).unwrap();
+    for (backend, name) in backends() {
+        check_texts(backend, name);
+    }
+}
+
+fn check_texts(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("clap"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend, name);
     let r = reference();
     let texts = r["texts"].as_array().unwrap();
     let mut batch = Batch::new();
@@ -65,6 +84,6 @@ fn text_tower_matches_transformers() {
     let out = loaded.model.forward(&batch).unwrap();
     for (t, got) in texts.iter().zip(&out.vectors) {
         let d = max_diff(got, &floats(&t["embedding"]));
-        assert!(d < 1e-4, "{:?}: embedding differs by {d}", t["text"]);
+        assert!(d < 1e-4, "{name}, {:?}: embedding differs by {d}", t["text"]);
     }
 }

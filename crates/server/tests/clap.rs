@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::media::{data_uri, file_uri, max_diff, start_web, wav_16bit_mono};
+use common::media::{data_uri, file_uri, max_diff, start_web, wav_16bit_mono, OTHER_PATHS};
 use common::{floats, repo_root, Server};
 use serde_json::{json, Value};
 
@@ -89,4 +89,24 @@ fn bad_audio_gets_a_clear_error_and_the_server_keeps_serving() {
     assert_eq!(ok.status, 200, "{}", ok.body);
     let ok = s.post_json("/embeddings", &json!({"input": "still serving text"}));
     assert_eq!(ok.status, 200, "{}", ok.body);
+}
+
+#[test]
+fn every_kernel_set_and_the_candle_path_agree_with_transformers() {
+    let r = reference();
+    let clip = &r["clips"][0];
+    let text = &r["texts"][1];
+    let dir = repo_root().join("tests/fixtures/tiny/clap").to_string_lossy().into_owned();
+    for (flags, env) in OTHER_PATHS {
+        let mut args = vec!["--model-id", dir.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        let body = s
+            .post_json("/embeddings", &json!({"input": file_uri(clip["file"].as_str().unwrap()), "modality": "audio"}));
+        let d = max_diff(&embeddings(&body.json())[0], &floats(&clip["embedding"]));
+        assert!(d < 1e-4, "{flags:?} {env:?}: clip differs by {d}");
+        let body = s.post_json("/embeddings", &json!({"input": text["text"]}));
+        let d = max_diff(&embeddings(&body.json())[0], &floats(&text["embedding"]));
+        assert!(d < 1e-4, "{flags:?} {env:?}: text differs by {d}");
+    }
 }

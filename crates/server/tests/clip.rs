@@ -5,7 +5,7 @@
 mod common;
 
 use base64::Engine as _;
-use common::media::{data_uri, file_uri, max_diff, media_dir, start_web, wav_16bit_mono};
+use common::media::{data_uri, file_uri, max_diff, media_dir, start_web, wav_16bit_mono, OTHER_PATHS};
 use common::{floats, repo_root, Server};
 use serde_json::{json, Value};
 
@@ -219,4 +219,24 @@ fn a_text_model_refuses_images() {
     let e = r.assert_error(400);
     assert!(e["error"]["message"].as_str().unwrap().contains("image_embed"), "{e}");
     s.post_json("/embeddings_image", &json!({"input": file_uri("wide.png")})).assert_error(400);
+}
+
+#[test]
+fn every_kernel_set_and_the_candle_path_agree_with_transformers() {
+    let r = reference();
+    let img = &r["images"][0];
+    let text = &r["texts"][0];
+    let dir = clip_dir();
+    for (flags, env) in OTHER_PATHS {
+        let mut args = vec!["--model-id", dir.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        let body =
+            s.post_json("/embeddings", &json!({"input": file_uri(img["file"].as_str().unwrap()), "modality": "image"}));
+        let d = max_diff(&embeddings(&body.json())[0], &normalized(floats(&img["embedding"])));
+        assert!(d < 1e-4, "{flags:?} {env:?}: image differs by {d}");
+        let body = s.post_json("/embeddings", &json!({"input": text["text"]}));
+        let d = max_diff(&embeddings(&body.json())[0], &normalized(floats(&text["embedding"])));
+        assert!(d < 1e-4, "{flags:?} {env:?}: text differs by {d}");
+    }
 }

@@ -67,6 +67,8 @@ pub struct AudioConfig {
     pub qkv_bias: bool,
     #[serde(default = "eps")]
     pub layer_norm_eps: f64,
+    #[serde(default = "four")]
+    pub mlp_ratio: f64,
     #[serde(default = "gelu")]
     pub hidden_act: String,
     #[serde(default = "relu")]
@@ -93,6 +95,9 @@ fn d96() -> usize {
 }
 fn d256() -> usize {
     256
+}
+fn four() -> f64 {
+    4.0
 }
 fn yes() -> bool {
     true
@@ -168,17 +173,10 @@ impl SwinBlock {
         let full = cfg.window_size;
         let table = sa.get(((2 * full - 1) * (2 * full - 1), heads), "relative_position_bias_table")?;
         let n = window * window;
-        let mut index = Vec::with_capacity(n * n);
-        for i in 0..n {
-            for j in 0..n {
-                let dh = (i / window) as isize - (j / window) as isize + full as isize - 1;
-                let dw = (i % window) as isize - (j % window) as isize + full as isize - 1;
-                index.push((dh as usize * (2 * full - 1) + dw as usize) as u32);
-            }
-        }
+        let index: Vec<u32> = (0..n * n).map(|ij| relative_index(ij / n, ij % n, window, full) as u32).collect();
         let index = Tensor::from_vec(index, n * n, vb.device())?;
         let position_bias = table.index_select(&index, 0)?.reshape((n, n, heads))?.permute((2, 0, 1))?.contiguous()?;
-        let hidden = (dim as f64 * 4.0) as usize;
+        let hidden = (dim as f64 * cfg.mlp_ratio) as usize;
         Ok(SwinBlock {
             norm1: candle_nn::layer_norm(dim, cfg.layer_norm_eps, vb.pp("layernorm_before"))?,
             qkv: Dense::fuse(vec![part("query")?, part("key")?, part("value")?])?,
@@ -197,13 +195,12 @@ impl SwinBlock {
     /// of the image do not attend to each other. `[windows, n, n]`.
     fn shift_mask(&self, h: usize, w: usize, dev: &Device) -> candle_core::Result<Tensor> {
         let (ws, s) = (self.window, self.shift);
-        let region = |i: usize, len: usize| (i >= len - ws) as usize + (i >= len - s) as usize;
         let (nh, nw) = (h / ws, w / ws);
         let n = ws * ws;
         let mut mask = Vec::with_capacity(nh * nw * n * n);
         for wy in 0..nh {
             for wx in 0..nw {
-                let label = |t: usize| region(wy * ws + t / ws, h) * 3 + region(wx * ws + t % ws, w);
+                let label = |t: usize| shift_label(wy * ws + t / ws, wx * ws + t % ws, h, w, ws, s);
                 for i in 0..n {
                     for j in 0..n {
                         mask.push(if label(i) == label(j) { 0f32 } else { -100.0 });
@@ -287,124 +284,30 @@ struct Stage {
     side: usize,
 }
 
-pub struct ClapAudio {
+/// The spectrogram-to-image step both backends share: batch norm per mel bin, the time axis
+/// stretched to the image width (bicubic, corners aligned, as torch), and the spectrogram folded into
+/// a `spec_size²` image.
+pub(crate) struct SpecImage {
     bn_scale: Vec<f32>,
     bn_shift: Vec<f32>,
-    patch: Tensor,
-    patch_bias: Tensor,
-    patch_norm: Option<LayerNorm>,
-    stages: Vec<Stage>,
-    norm: LayerNorm,
-    projection: Projection,
-    act: Activation,
-    spec_size: usize,
+    pub spec_size: usize,
     freq_ratio: usize,
     mels: usize,
-    patch_size: usize,
-    dim0: usize,
 }
 
-impl ClapAudio {
-    fn load(vb: VarBuilder, proj: VarBuilder, cfg: &AudioConfig, projection_dim: usize) -> Result<Self, ModelError> {
-        if cfg.enable_fusion {
-            return Err(ModelError::Unsupported("CLAP with feature fusion (enable_fusion)".into()));
-        }
-        let p = cfg
-            .patch_size
-            .square()
-            .filter(|p| Some(*p) == cfg.patch_stride.square())
-            .ok_or_else(|| ModelError::Unsupported("CLAP patch size and stride must be equal and square".into()))?;
-        let freq_ratio = cfg.spec_size / cfg.num_mel_bins.max(1);
-        if cfg.patch_embed_input_channels != 1
-            || !cfg.flatten_patch_embeds
-            || freq_ratio == 0
-            || !cfg.spec_size.is_multiple_of(p)
-            || cfg.depths.len() != cfg.num_attention_heads.len()
-        {
-            return Err(ModelError::Unsupported("this HTSAT configuration".into()));
-        }
-        let enc = vb.pp("audio_encoder");
-        let bn = enc.pp("batch_norm");
-        let load_bn = || -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
-            let m = cfg.num_mel_bins;
-            let (w, b) = (bn.get(m, "weight")?.to_vec1::<f32>()?, bn.get(m, "bias")?.to_vec1::<f32>()?);
-            let (mean, var) =
-                (bn.get(m, "running_mean")?.to_vec1::<f32>()?, bn.get(m, "running_var")?.to_vec1::<f32>()?);
-            // Eval-mode batch norm as one multiply-add per mel bin (BatchNorm2d's eps is 1e-5).
-            let scale: Vec<f32> = w.iter().zip(&var).map(|(w, v)| w / (v + 1e-5).sqrt()).collect();
-            let shift = b.iter().zip(&mean).zip(&scale).map(|((b, m), s)| b - m * s).collect();
-            Ok((scale, shift))
-        };
-        let (bn_scale, bn_shift) = load_bn().map_err(weights)?;
-        let d0 = cfg.patch_embeds_hidden_size;
-        let pe = enc.pp("patch_embed");
-        let patch = pe.pp("proj").get((d0, 1, p, p), "weight").and_then(|t| t.reshape((d0, p * p))?.t()?.contiguous());
-        let patch = patch.map_err(weights)?;
-        let patch_bias = pe.pp("proj").get(d0, "bias").map_err(weights)?;
-        let patch_norm = if cfg.enable_patch_layer_norm {
-            Some(candle_nn::layer_norm(d0, cfg.layer_norm_eps, pe.pp("norm")).map_err(weights)?)
-        } else {
-            None
-        };
-        let mut stages = Vec::new();
-        let mut side = cfg.spec_size / p;
-        for (i, (&depth, &heads)) in cfg.depths.iter().zip(&cfg.num_attention_heads).enumerate() {
-            let dim = d0 << i;
-            // A grid no larger than the window is one unshifted window.
-            let (window, shift_size) =
-                if side <= cfg.window_size { (side, 0) } else { (cfg.window_size, cfg.window_size / 2) };
-            if !side.is_multiple_of(window) {
-                return Err(ModelError::Unsupported(format!("a {side}x{side} grid with window {window}")));
-            }
-            let st = enc.pp("layers").pp(i);
-            let blocks = (0..depth)
-                .map(|j| {
-                    let shift = if j % 2 == 0 { 0 } else { shift_size };
-                    SwinBlock::load(st.pp("blocks").pp(j), dim, heads, window, shift, cfg)
-                })
-                .collect::<candle_core::Result<Vec<_>>>()
-                .map_err(weights)?;
-            let merge = if i + 1 < cfg.depths.len() {
-                Some(PatchMerging::load(st.pp("downsample"), dim, cfg.layer_norm_eps).map_err(weights)?)
-            } else {
-                None
-            };
-            stages.push(Stage { blocks, merge, side });
-            side /= 2;
-        }
-        let last = d0 << (cfg.depths.len() - 1);
-        if last != cfg.hidden_size {
-            return Err(ModelError::Unsupported(format!(
-                "hidden_size {} for a final width of {last}",
-                cfg.hidden_size
-            )));
-        }
-        Ok(ClapAudio {
-            bn_scale,
-            bn_shift,
-            patch,
-            patch_bias,
-            patch_norm,
-            stages,
-            norm: candle_nn::layer_norm(last, cfg.layer_norm_eps, enc.pp("norm")).map_err(weights)?,
-            projection: Projection::load(proj, last, projection_dim, &cfg.projection_hidden_act)?,
-            act: Activation::parse(&cfg.hidden_act)?,
-            spec_size: cfg.spec_size,
-            freq_ratio,
-            mels: cfg.num_mel_bins,
-            patch_size: p,
-            dim0: d0,
-        })
+impl SpecImage {
+    pub fn load(bn: VarBuilder, cfg: &AudioConfig) -> candle_core::Result<Self> {
+        let m = cfg.num_mel_bins;
+        let (w, b) = (bn.get(m, "weight")?.to_vec1::<f32>()?, bn.get(m, "bias")?.to_vec1::<f32>()?);
+        let (mean, var) = (bn.get(m, "running_mean")?.to_vec1::<f32>()?, bn.get(m, "running_var")?.to_vec1::<f32>()?);
+        // Eval-mode batch norm as one multiply-add per mel bin (BatchNorm2d's eps is 1e-5).
+        let bn_scale: Vec<f32> = w.iter().zip(&var).map(|(w, v)| w / (v + 1e-5).sqrt()).collect();
+        let bn_shift = b.iter().zip(&mean).zip(&bn_scale).map(|((b, m), s)| b - m * s).collect();
+        Ok(SpecImage { bn_scale, bn_shift, spec_size: cfg.spec_size, freq_ratio: cfg.spec_size / m.max(1), mels: m })
     }
 
-    /// Tokens the first stage attends over, per clip: what a clip costs in a batch.
-    pub fn tokens_per_clip(&self) -> usize {
-        (self.spec_size / self.patch_size).pow(2)
-    }
-
-    /// Batch norm per mel bin, the time axis stretched to the image width (bicubic, corners
-    /// aligned, as torch), and the spectrogram folded into a `spec_size²` image: `[spec, spec]`.
-    fn to_image(&self, f: &AudioFeatures) -> Result<Vec<f32>, ModelError> {
+    /// `[spec_size, spec_size]`, row-major.
+    pub fn image(&self, f: &AudioFeatures) -> Result<Vec<f32>, ModelError> {
         let width = self.spec_size * self.freq_ratio;
         let height = self.spec_size / self.freq_ratio;
         if f.mels != self.mels || f.mels != height || f.frames > width || f.frames == 0 {
@@ -431,15 +334,132 @@ impl ClapAudio {
         }
         Ok(image)
     }
+}
+
+/// Checks what both backends support; returns the patch size.
+pub(crate) fn check_audio_config(cfg: &AudioConfig) -> Result<usize, ModelError> {
+    if cfg.enable_fusion {
+        return Err(ModelError::Unsupported("CLAP with feature fusion (enable_fusion)".into()));
+    }
+    let p = cfg
+        .patch_size
+        .square()
+        .filter(|p| Some(*p) == cfg.patch_stride.square())
+        .ok_or_else(|| ModelError::Unsupported("CLAP patch size and stride must be equal and square".into()))?;
+    let freq_ratio = cfg.spec_size / cfg.num_mel_bins.max(1);
+    if cfg.patch_embed_input_channels != 1
+        || !cfg.flatten_patch_embeds
+        || freq_ratio == 0
+        || !cfg.spec_size.is_multiple_of(p)
+        || cfg.depths.is_empty()
+        || cfg.depths.len() != cfg.num_attention_heads.len()
+        || (cfg.patch_embeds_hidden_size << (cfg.depths.len() - 1)) != cfg.hidden_size
+    {
+        return Err(ModelError::Unsupported("this HTSAT configuration".into()));
+    }
+    Ok(p)
+}
+
+/// The window and shift of a stage whose grid is `side` wide: a grid no larger than the window is one
+/// unshifted window.
+pub(crate) fn stage_window(side: usize, window: usize) -> Result<(usize, usize), ModelError> {
+    let (w, shift) = if side <= window { (side, 0) } else { (window, window / 2) };
+    if !side.is_multiple_of(w) {
+        return Err(ModelError::Unsupported(format!("a {side}x{side} grid with window {w}")));
+    }
+    Ok((w, shift))
+}
+
+/// Index into the relative-position table for tokens `i`, `j` of a `window`-wide window, for a table
+/// sized for `full`-wide windows.
+pub(crate) fn relative_index(i: usize, j: usize, window: usize, full: usize) -> usize {
+    let dh = (i / window) as isize - (j / window) as isize + full as isize - 1;
+    let dw = (i % window) as isize - (j % window) as isize + full as isize - 1;
+    dh as usize * (2 * full - 1) + dw as usize
+}
+
+/// Cyclic-shift region labels: tokens of a shifted window attend only within their label.
+pub(crate) fn shift_label(y: usize, x: usize, h: usize, w: usize, window: usize, shift: usize) -> usize {
+    let region = |i: usize, len: usize| (i >= len - window) as usize + (i >= len - shift) as usize;
+    region(y, h) * 3 + region(x, w)
+}
+pub struct ClapAudio {
+    spec: SpecImage,
+    patch: Tensor,
+    patch_bias: Tensor,
+    patch_norm: Option<LayerNorm>,
+    stages: Vec<Stage>,
+    norm: LayerNorm,
+    projection: Projection,
+    act: Activation,
+    patch_size: usize,
+    dim0: usize,
+}
+
+impl ClapAudio {
+    fn load(vb: VarBuilder, proj: VarBuilder, cfg: &AudioConfig, projection_dim: usize) -> Result<Self, ModelError> {
+        let p = check_audio_config(cfg)?;
+        let enc = vb.pp("audio_encoder");
+        let spec = SpecImage::load(enc.pp("batch_norm"), cfg).map_err(weights)?;
+        let d0 = cfg.patch_embeds_hidden_size;
+        let pe = enc.pp("patch_embed");
+        let patch = pe.pp("proj").get((d0, 1, p, p), "weight").and_then(|t| t.reshape((d0, p * p))?.t()?.contiguous());
+        let patch = patch.map_err(weights)?;
+        let patch_bias = pe.pp("proj").get(d0, "bias").map_err(weights)?;
+        let patch_norm = if cfg.enable_patch_layer_norm {
+            Some(candle_nn::layer_norm(d0, cfg.layer_norm_eps, pe.pp("norm")).map_err(weights)?)
+        } else {
+            None
+        };
+        let mut stages = Vec::new();
+        let mut side = cfg.spec_size / p;
+        for (i, (&depth, &heads)) in cfg.depths.iter().zip(&cfg.num_attention_heads).enumerate() {
+            let dim = d0 << i;
+            let (window, shift_size) = stage_window(side, cfg.window_size)?;
+            let st = enc.pp("layers").pp(i);
+            let blocks = (0..depth)
+                .map(|j| {
+                    let shift = if j % 2 == 0 { 0 } else { shift_size };
+                    SwinBlock::load(st.pp("blocks").pp(j), dim, heads, window, shift, cfg)
+                })
+                .collect::<candle_core::Result<Vec<_>>>()
+                .map_err(weights)?;
+            let merge = if i + 1 < cfg.depths.len() {
+                Some(PatchMerging::load(st.pp("downsample"), dim, cfg.layer_norm_eps).map_err(weights)?)
+            } else {
+                None
+            };
+            stages.push(Stage { blocks, merge, side });
+            side /= 2;
+        }
+        let last = cfg.hidden_size;
+        Ok(ClapAudio {
+            spec,
+            patch,
+            patch_bias,
+            patch_norm,
+            stages,
+            norm: candle_nn::layer_norm(last, cfg.layer_norm_eps, enc.pp("norm")).map_err(weights)?,
+            projection: Projection::load(proj, last, projection_dim, &cfg.projection_hidden_act)?,
+            act: Activation::parse(&cfg.hidden_act)?,
+            patch_size: p,
+            dim0: d0,
+        })
+    }
+
+    /// Tokens the first stage attends over, per clip: what a clip costs in a batch.
+    pub fn tokens_per_clip(&self) -> usize {
+        (self.spec.spec_size / self.patch_size).pow(2)
+    }
 
     /// Projected (not normalized) audio embeddings, one per clip.
     pub fn forward(&self, clips: &[AudioFeatures]) -> Result<Vec<Vec<f32>>, ModelError> {
-        let (s, p) = (self.spec_size, self.patch_size);
+        let (s, p) = (self.spec.spec_size, self.patch_size);
         let g = s / p;
         let b = clips.len();
         let mut data = Vec::with_capacity(b * s * s);
         for c in clips {
-            data.extend(self.to_image(c)?);
+            data.extend(self.spec.image(c)?);
         }
         let dev = self.patch.device().clone();
         let run = || -> candle_core::Result<Vec<Vec<f32>>> {

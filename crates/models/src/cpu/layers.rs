@@ -101,9 +101,8 @@ pub(crate) fn attention(
         if n == 0 {
             return;
         }
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let Scratch { scores, keys, values } = &mut *scratch;
+        with_scratch(|scratch| {
+            let Scratch { scores, keys, values } = scratch;
             let base = r0 * 3 * h + head * hd;
             let q = MatRef { data: &qkv[base..], rows: n, cols: hd, ld: 3 * h };
             keys.repack(hd, n, &qkv[base + h..], 1, 3 * h);
@@ -143,11 +142,17 @@ impl SharedOut {
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
+/// Per-thread buffers for one attention head: its scores and its packed keys and values.
 #[derive(Default)]
-struct Scratch {
-    scores: Vec<f32>,
-    keys: PackedB,
-    values: PackedB,
+pub(crate) struct Scratch {
+    pub scores: Vec<f32>,
+    pub keys: PackedB,
+    pub values: PackedB,
+}
+
+/// Runs `f` with this thread's attention buffers.
+pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|s| f(&mut s.borrow_mut()))
 }
 
 thread_local! {

@@ -6,8 +6,10 @@
 //! most of the machine idle (see BENCHMARKS.md).
 
 pub mod bert;
+pub mod clap;
 pub mod clip;
 pub mod gemm;
+pub mod htsat;
 pub(crate) mod layers;
 pub mod ops;
 pub mod qgemm;

@@ -97,3 +97,10 @@ pub fn wav_16bit_mono(rate: u32, samples: &[i16]) -> Vec<u8> {
     w.extend(data);
     w
 }
+
+/// Flags and environment for each compute path a media model can take: candle, and Aleph's kernels
+/// narrowed to AVX2 and to scalar code (the default run covers the widest).
+pub type Run = (&'static [&'static str], &'static [(&'static str, &'static str)]);
+
+pub const OTHER_PATHS: [Run; 3] =
+    [(&["--engine", "candle"], &[]), (&[], &[("ALEPH_CPU_ISA", "avx2")]), (&[], &[("ALEPH_CPU_ISA", "scalar")])];
