@@ -7,9 +7,10 @@
 The models have the real architectures' shapes (openai/clip-vit-base-patch32, laion/clap-htsat-unfused)
 with seeded random weights: the hubs are unreachable here, and speed does not depend on the values.
 The text towers' vocabularies are the test fixtures' (CLIP's real one; a small BPE for CLAP), which does
-not touch image or audio speed. Aleph is measured over HTTP with data URIs, decoding and preprocessing
-included; transformers runs the processor and the model in-process on the same batches, torch with as
-many threads as cores.
+not touch image or audio speed. Aleph and Infinity (when its venv from ../shared/peers/run-infinity.sh is
+there, or INFINITY=/path/to/infinity_emb) are measured over HTTP with data URIs, decoding and preprocessing
+included, each server alone; transformers runs the processor and the model in-process on the same batches,
+torch with as many threads as cores.
 """
 import base64
 import json
@@ -109,12 +110,13 @@ def post(body):
     assert len(out["data"]) == len(body["input"])
 
 
-def aleph_rate(model_dir: Path, files, modality):
-    aleph = ROOT / "target" / "release" / "aleph"
-    log = open(f"/tmp/aleph-media-{modality}.log", "w")
+INFINITY = os.environ.get("INFINITY", str(Path.home() / ".cache/aleph-peers/infinity-venv/bin/infinity_emb"))
+
+
+def server_rate(cmd, label, files, modality):
+    log = open(f"/tmp/media-bench-{label}-{modality}.log", "w")
     t0 = time.time()
-    proc = subprocess.Popen([str(aleph), "v2", "--model-id", str(model_dir), "--port", str(PORT),
-                             "--batch-size", str(BATCH)], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
         while True:
             try:
@@ -122,7 +124,7 @@ def aleph_rate(model_dir: Path, files, modality):
                 break
             except Exception:
                 if proc.poll() is not None:
-                    sys.exit(f"aleph exited; see /tmp/aleph-media-{modality}.log")
+                    sys.exit(f"{label} exited; see /tmp/media-bench-{label}-{modality}.log")
                 time.sleep(0.05)
         ready = time.time() - t0
         uris = [f"data:{mime};base64,{base64.b64encode(b).decode()}" for b, mime in files]
@@ -139,6 +141,30 @@ def aleph_rate(model_dir: Path, files, modality):
     finally:
         proc.terminate()
         proc.wait()
+
+
+def aleph_rate(model_dir: Path, files, modality):
+    aleph = ROOT / "target" / "release" / "aleph"
+    cmd = [str(aleph), "v2", "--model-id", str(model_dir), "--port", str(PORT), "--batch-size", str(BATCH)]
+    return server_rate(cmd, "aleph", files, modality)
+
+
+def infinity_rate(model_dir: Path, files, modality):
+    if not Path(INFINITY).exists():
+        return None
+    cmd = [INFINITY, "v2", "--model-id", str(model_dir), "--port", str(PORT), "--batch-size", str(BATCH),
+           "--engine", "torch", "--device", "cpu"]
+    return server_rate(cmd, "infinity", files, modality)
+
+
+def line(what, aleph, hf, infinity):
+    rate, ready, rss = aleph
+    out = {"what": what, "aleph": round(rate, 1), "transformers": round(hf, 1), "aleph/transformers": round(rate / hf, 2),
+           "aleph_ready_s": round(ready, 2), "aleph_peak_rss_mb": round(rss)}
+    if infinity:
+        out.update({"infinity": round(infinity[0], 1), "aleph/infinity": round(rate / infinity[0], 2),
+                    "infinity_ready_s": round(infinity[1], 2), "infinity_peak_rss_mb": round(infinity[2])})
+    return out
 
 
 def torch_rate(fn, n_items):
@@ -164,31 +190,29 @@ def main():
     clip_dir = work / "clip-vit-b32-shape"
     model, proc = make_clip(clip_dir)
     imgs = images()
-    rate, ready, rss = aleph_rate(clip_dir, imgs, "image")
+    aleph = aleph_rate(clip_dir, imgs, "image")
+    infinity = infinity_rate(clip_dir, imgs, "image")
 
     def hf_images():
         pics = [Image.open(io.BytesIO(b)).convert("RGB") for b, _ in imgs[:BATCH]]
         with torch.no_grad():
             model.get_image_features(**proc(images=pics, return_tensors="pt"))
 
-    hf = torch_rate(hf_images, BATCH)
-    results.append({"what": "CLIP ViT-B/32 images/s", "aleph": round(rate, 1), "transformers": round(hf, 1),
-                    "ratio": round(rate / hf, 2), "aleph_ready_s": round(ready, 2), "aleph_peak_rss_mb": round(rss)})
+    results.append(line("CLIP ViT-B/32 images/s", aleph, torch_rate(hf_images, BATCH), infinity))
     del model
 
     clap_dir = work / "clap-htsat-unfused-shape"
     model, fe = make_clap(clap_dir)
     wavs = clips()
-    rate, ready, rss = aleph_rate(clap_dir, wavs, "audio")
+    aleph = aleph_rate(clap_dir, wavs, "audio")
+    infinity = infinity_rate(clap_dir, wavs, "audio")
 
     def hf_audio():
         xs = [sf.read(io.BytesIO(b))[0] for b, _ in wavs[:BATCH]]
         with torch.no_grad():
             model.get_audio_features(**fe(xs, sampling_rate=48000, return_tensors="pt"))
 
-    hf = torch_rate(hf_audio, BATCH)
-    results.append({"what": "CLAP HTSAT clips/s (7 s, 48 kHz)", "aleph": round(rate, 1), "transformers": round(hf, 1),
-                    "ratio": round(rate / hf, 2), "aleph_ready_s": round(ready, 2), "aleph_peak_rss_mb": round(rss)})
+    results.append(line("CLAP HTSAT clips/s (7 s, 48 kHz)", aleph, torch_rate(hf_audio, BATCH), infinity))
     shutil.rmtree(work)
     for r in results:
         print(json.dumps(r))

@@ -223,7 +223,13 @@ fn load_bert_family(
             if int8 {
                 tracing::info!("int8 linear layers ({} kernel)", crate::cpu::qgemm::kernel_name());
             }
-            (Box::new(FastBert::load(bert::root(vb.clone()), &cfg, flavor, int8)?), "aleph-cpu")
+            let root = bert::root(vb.clone());
+            let fast = if int8 && smoothing_enabled() {
+                FastBert::load_int8_smoothed(root, &cfg, flavor, &calibration_batches(&tokenizer)?)?
+            } else {
+                FastBert::load(root, &cfg, flavor, int8)?
+            };
+            (Box::new(fast), "aleph-cpu")
         }
         Backend::Candle if opts.dtype == DType::Int8 => {
             return Err(ModelError::InvalidOption(
@@ -272,6 +278,27 @@ fn load_bert_family(
     };
     let model = EncoderModel { encoder, head };
     Ok(LoadedModel { model: Box::new(model), tokenizer, images: None, audio: None, info })
+}
+
+/// SmoothQuant for `--dtype int8`; `ALEPH_INT8_SMOOTHING=off` turns it off (for comparisons).
+fn smoothing_enabled() -> bool {
+    !matches!(std::env::var("ALEPH_INT8_SMOOTHING").as_deref(), Ok("off" | "0" | "false"))
+}
+
+/// The calibration corpus shipped in the binary, tokenized in batches of 32.
+fn calibration_batches(tokenizer: &TextTokenizer) -> Result<Vec<Batch>, ModelError> {
+    let lines: Vec<&str> = crate::quantize::CALIBRATION_TEXT.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines
+        .chunks(32)
+        .map(|chunk| {
+            let mut batch = Batch::new();
+            for line in chunk {
+                let e = tokenizer.encode(line)?;
+                batch.push(&e.ids, &e.type_ids);
+            }
+            Ok(batch)
+        })
+        .collect()
 }
 
 /// candle maps the files and pages weights in as they are used: the files' size is what it holds.

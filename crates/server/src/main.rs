@@ -1,10 +1,6 @@
 //! `aleph`: parse the command line, set up logging, serve.
 
-mod cli;
-mod fetch;
-mod http;
-mod startup;
-
+use aleph_server::{cli, startup};
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {

@@ -26,6 +26,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let pool = Arc::new(TokenizerPool::new(workers));
     let fetcher = MediaFetcher::new(FetchConfig {
         max_bytes: args.media_max_bytes,
+        // A request's downloads together may hold what one request body may.
+        max_request_bytes: args.payload_limit.max(args.media_max_bytes),
         connect_timeout: Duration::from_secs_f64(args.media_timeout.clamp(0.001, 10.0)),
         timeout: Duration::from_secs_f64(args.media_timeout.max(0.001)),
         guard: Guard { allow_all: args.media_allow_private, allowed: args.media_allowed_networks.clone() },

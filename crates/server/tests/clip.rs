@@ -240,3 +240,23 @@ fn every_kernel_set_and_the_candle_path_agree_with_transformers() {
         assert!(d < 1e-4, "{flags:?} {env:?}: text differs by {d}");
     }
 }
+
+#[test]
+fn a_requests_downloads_share_one_byte_budget() {
+    let web = start_web();
+    let s = clip_server(&[
+        "--media-allowed-networks",
+        "127.0.0.0/8",
+        "--media-max-bytes",
+        "4000000",
+        "--payload-limit",
+        "5000000",
+        "--no-model-warmup",
+    ]);
+    // One 3 MiB download fits (and then fails to decode: it is zeros); two do not fit together.
+    let one = s.post_json("/embeddings", &json!({"input": [format!("{web}/big")], "modality": "image"}));
+    assert!(one.assert_error(400)["error"]["message"].as_str().unwrap().contains("not a PNG"));
+    let two = s
+        .post_json("/embeddings", &json!({"input": [format!("{web}/big"), format!("{web}/big")], "modality": "image"}));
+    assert!(two.assert_error(400)["error"]["message"].as_str().unwrap().contains("per request"), "{}", two.body);
+}

@@ -80,26 +80,7 @@ impl FastBert {
         };
         let emb_norm = Norm::load(emb.pp("LayerNorm"), h).map_err(weights)?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|n| {
-                let vb = vb.pp("encoder").pp("layer").pp(n);
-                let sa = vb.pp("attention").pp("self");
-                // Q, K and V as one [3h, h] weight: one GEMM.
-                let mut w = Vec::with_capacity(3 * h * h);
-                let mut b = Vec::with_capacity(3 * h);
-                for name in ["query", "key", "value"] {
-                    w.extend(host(sa.pp(name).get((h, h), "weight")?)?);
-                    b.extend(host(sa.pp(name).get(h, "bias")?)?);
-                }
-                let ao = vb.pp("attention").pp("output");
-                Ok(Layer {
-                    qkv: Dense::new(&w, b, h, 3 * h, int8),
-                    attn_out: Dense::load(ao.pp("dense"), h, h, int8)?,
-                    attn_norm: Norm::load(ao.pp("LayerNorm"), h)?,
-                    ffn_in: Dense::load(vb.pp("intermediate").pp("dense"), h, i, int8)?,
-                    ffn_out: Dense::load(vb.pp("output").pp("dense"), i, h, int8)?,
-                    out_norm: Norm::load(vb.pp("output").pp("LayerNorm"), h)?,
-                })
-            })
+            .map(|n| RawLayer::read(vb.pp("encoder").pp("layer").pp(n), h, i).map(|raw| raw.build(h, i, int8, None)))
             .collect::<candle_core::Result<Vec<_>>>()
             .map_err(weights)?;
         Ok(FastBert {
@@ -174,19 +155,135 @@ impl Encoder for FastBert {
     }
 
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
+        self.forward(batch, None)
+    }
+}
+
+/// A layer's weights as the checkpoint holds them, before packing.
+struct RawLayer {
+    qkv: (Vec<f32>, Vec<f32>),
+    attn_out: (Vec<f32>, Vec<f32>),
+    ffn_in: (Vec<f32>, Vec<f32>),
+    ffn_out: (Vec<f32>, Vec<f32>),
+    attn_norm: Norm,
+    out_norm: Norm,
+}
+
+impl RawLayer {
+    fn read(vb: VarBuilder, h: usize, i: usize) -> candle_core::Result<Self> {
+        let dense = |vb: VarBuilder, inp: usize, out: usize| -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+            Ok((host(vb.get((out, inp), "weight")?)?, host(vb.get(out, "bias")?)?))
+        };
+        let sa = vb.pp("attention").pp("self");
+        // Q, K and V as one [3h, h] weight: one GEMM.
+        let (mut w, mut b) = (Vec::with_capacity(3 * h * h), Vec::with_capacity(3 * h));
+        for name in ["query", "key", "value"] {
+            let (wi, bi) = dense(sa.pp(name), h, h)?;
+            w.extend(wi);
+            b.extend(bi);
+        }
+        let ao = vb.pp("attention").pp("output");
+        Ok(RawLayer {
+            qkv: (w, b),
+            attn_out: dense(ao.pp("dense"), h, h)?,
+            ffn_in: dense(vb.pp("intermediate").pp("dense"), h, i)?,
+            ffn_out: dense(vb.pp("output").pp("dense"), i, h)?,
+            attn_norm: Norm::load(ao.pp("LayerNorm"), h)?,
+            out_norm: Norm::load(vb.pp("output").pp("LayerNorm"), h)?,
+        })
+    }
+
+    /// Packs the layer: f32, int8, or int8 smoothed against measured activation magnitudes.
+    fn build(self, h: usize, i: usize, int8: bool, smooth: Option<&ActStats>) -> Layer {
+        let make = |(w, b): (Vec<f32>, Vec<f32>), inp: usize, out: usize, act: Option<&Vec<f32>>| match act {
+            Some(a) => Dense::new_smoothed(&w, b, inp, out, a, SMOOTH_ALPHA),
+            None => Dense::new(&w, b, inp, out, int8),
+        };
+        Layer {
+            qkv: make(self.qkv, h, 3 * h, smooth.map(|s| &s.qkv_in)),
+            attn_out: make(self.attn_out, h, h, smooth.map(|s| &s.attn_out_in)),
+            ffn_in: make(self.ffn_in, h, i, smooth.map(|s| &s.ffn_in_in)),
+            ffn_out: make(self.ffn_out, i, h, smooth.map(|s| &s.ffn_out_in)),
+            attn_norm: self.attn_norm,
+            out_norm: self.out_norm,
+        }
+    }
+}
+
+/// How much of an activation outlier moves into the weight (SmoothQuant's α).
+const SMOOTH_ALPHA: f32 = 0.5;
+
+/// Per input channel, the largest magnitude each linear layer of a layer saw.
+#[derive(Clone)]
+struct ActStats {
+    qkv_in: Vec<f32>,
+    attn_out_in: Vec<f32>,
+    ffn_in_in: Vec<f32>,
+    ffn_out_in: Vec<f32>,
+}
+
+impl ActStats {
+    fn new(h: usize, i: usize) -> Self {
+        ActStats { qkv_in: vec![0.0; h], attn_out_in: vec![0.0; h], ffn_in_in: vec![0.0; h], ffn_out_in: vec![0.0; i] }
+    }
+}
+
+fn record(max: &mut [f32], rows: &[f32]) {
+    for row in rows.chunks_exact(max.len()) {
+        for (m, v) in max.iter_mut().zip(row) {
+            *m = m.max(v.abs());
+        }
+    }
+}
+
+impl FastBert {
+    /// int8 with SmoothQuant: runs the f32 encoder over `calibration`, records each linear layer's
+    /// per-channel input magnitudes, and quantizes every layer smoothed against them.
+    pub fn load_int8_smoothed(
+        vb: VarBuilder,
+        cfg: &BertConfig,
+        flavor: Flavor,
+        calibration: &[Batch],
+    ) -> Result<Self, ModelError> {
+        let mut model = Self::load(vb.clone(), cfg, flavor, false)?;
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let mut stats = vec![ActStats::new(h, i); model.layers.len()];
+        for batch in calibration.iter().filter(|b| !b.is_empty()) {
+            model.forward(batch, Some(&mut stats))?;
+        }
+        let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
+        for (n, (layer, s)) in model.layers.iter_mut().zip(&stats).enumerate() {
+            let raw = RawLayer::read(vb.pp("encoder").pp("layer").pp(n), h, i).map_err(weights)?;
+            *layer = raw.build(h, i, true, Some(s));
+        }
+        Ok(model)
+    }
+
+    /// The encoder; with `stats`, also records each linear layer's input magnitudes.
+    fn forward(&self, batch: &Batch, mut stats: Option<&mut Vec<ActStats>>) -> Result<TokenStates, ModelError> {
         let (h, t) = (self.hidden, batch.total_tokens());
         let mut x = self.embed(batch)?;
         let mut qkv = vec![0f32; t * 3 * h];
         let mut ctx = vec![0f32; t * h];
         let mut mid = vec![0f32; t * h];
         let mut inter = vec![0f32; t * self.inter];
-        for layer in &self.layers {
+        for (n, layer) in self.layers.iter().enumerate() {
+            let mut stat = stats.as_deref_mut().map(|s| &mut s[n]);
+            if let Some(s) = stat.as_deref_mut() {
+                record(&mut s.qkv_in, &x);
+            }
             let xm = MatRef { data: &x, rows: t, cols: h, ld: h };
             layer.qkv.forward(xm, &mut qkv, 3 * h, Epilogue::Bias(&layer.qkv.b));
             attention(self.isa, &qkv, &mut ctx, &batch.cu_seqlens, h, self.heads, false);
+            if let Some(s) = stat.as_deref_mut() {
+                record(&mut s.attn_out_in, &ctx);
+            }
             let cm = MatRef { data: &ctx, rows: t, cols: h, ld: h };
             layer.attn_out.forward(cm, &mut mid, h, Epilogue::BiasResidual(&layer.attn_out.b, &x));
             norm_rows(self.isa, &mut mid, &layer.attn_norm, h, self.eps);
+            if let Some(s) = stat.as_deref_mut() {
+                record(&mut s.ffn_in_in, &mid);
+            }
             let mm = MatRef { data: &mid, rows: t, cols: h, ld: h };
             let epi = match self.act {
                 Act::GeluErf => Epilogue::BiasGelu(&layer.ffn_in.b),
@@ -195,6 +292,9 @@ impl Encoder for FastBert {
             layer.ffn_in.forward(mm, &mut inter, self.inter, epi);
             if let Act::GeluTanh = self.act {
                 ops::gelu_tanh(self.isa, &mut inter);
+            }
+            if let Some(s) = stat {
+                record(&mut s.ffn_out_in, &inter);
             }
             let im = MatRef { data: &inter, rows: t, cols: self.inter, ld: self.inter };
             layer.ffn_out.forward(im, &mut x, h, Epilogue::BiasResidual(&layer.ffn_out.b, &mid));

@@ -53,6 +53,31 @@ impl Dense {
         Dense { w, b }
     }
 
+    /// An int8 layer smoothed against its input's per-channel magnitudes `act_max` (see
+    /// [`PackedI8::quantize_smoothed`]): `s_j = act_max_j^α / w_max_j^(1-α)`.
+    pub fn new_smoothed(w: &[f32], b: Vec<f32>, inp: usize, out: usize, act_max: &[f32], alpha: f32) -> Self {
+        let mut w_max = vec![0f32; inp];
+        for row in w.chunks_exact(inp) {
+            for (m, v) in w_max.iter_mut().zip(row) {
+                *m = m.max(v.abs());
+            }
+        }
+        let s: Vec<f32> = act_max
+            .iter()
+            .zip(&w_max)
+            .map(
+                |(&a, &w)| {
+                    if a > 0.0 && w > 0.0 {
+                        (a.powf(alpha) / w.powf(1.0 - alpha)).clamp(1e-4, 1e4)
+                    } else {
+                        1.0
+                    }
+                },
+            )
+            .collect();
+        Dense { w: Weights::I8(PackedI8::quantize_smoothed(inp, out, w, &s)), b }
+    }
+
     /// `c = x · wᵀ`, then the epilogue.
     pub fn forward(&self, x: MatRef, c: &mut [f32], ldc: usize, epi: Epilogue) {
         match &self.w {

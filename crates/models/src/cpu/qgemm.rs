@@ -83,9 +83,23 @@ pub struct PackedI8 {
     scales: Vec<f32>,
     /// Σ_k w_q[j][k]: removes the activations' zero point.
     colsum: Vec<i32>,
+    /// Per input channel `1 / s`, applied to activations before they are quantized when the weight was
+    /// smoothed by `s` (empty: no smoothing).
+    inv_smooth: Vec<f32>,
 }
 
 impl PackedI8 {
+    /// Quantizes `W · diag(s)` and divides activations by `s` at run time: the product is unchanged,
+    /// but channels whose activations have outliers (large `s`) move their range into the weight,
+    /// which is quantized per output row and absorbs it better (SmoothQuant, Xiao et al. 2023).
+    pub fn quantize_smoothed(k: usize, n: usize, w: &[f32], s: &[f32]) -> Self {
+        assert_eq!(s.len(), k);
+        let scaled: Vec<f32> = w.chunks_exact(k).flat_map(|row| row.iter().zip(s).map(|(w, s)| w * s)).collect();
+        let mut packed = Self::quantize(k, n, &scaled);
+        packed.inv_smooth = s.iter().map(|s| 1.0 / s).collect();
+        packed
+    }
+
     /// Quantizes the row-major `[n, k]` weight (a checkpoint's `[out, in]`).
     pub fn quantize(k: usize, n: usize, w: &[f32]) -> Self {
         let kp = k.div_ceil(4) * 4;
@@ -105,7 +119,7 @@ impl PackedI8 {
                 data[p * kp * NR + ((kk / 4) * NR + jj) * 4 + kk % 4] = q;
             }
         }
-        PackedI8 { k, kp, n, data, scales, colsum }
+        PackedI8 { k, kp, n, data, scales, colsum, inv_smooth: Vec::new() }
     }
 
     pub fn n(&self) -> usize {
@@ -123,23 +137,32 @@ struct QuantRows {
     q: Vec<u8>,
     scale: Vec<f32>,
     zero: Vec<i32>,
+    /// One smoothed row of A.
+    smoothed: Vec<f32>,
 }
 
 thread_local! {
     static ROWS: RefCell<QuantRows> = RefCell::new(QuantRows::default());
 }
 
-/// Quantizes rows `rows` of `a`, each over its own range; the padding past `a.cols` is the value zero.
-fn quantize_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, out: &mut QuantRows) {
+/// Quantizes rows `rows` of `a` (divided by the weight's smoothing factors, if any), each over its own
+/// range; the padding past `a.cols` is the value zero.
+fn quantize_rows(a: MatRef, rows: std::ops::Range<usize>, w: &PackedI8, out: &mut QuantRows) {
     let isa = Isa::get();
+    let kp = w.kp;
     out.q.clear();
     out.q.resize(rows.len() * kp, 0);
     out.scale.clear();
     out.zero.clear();
     for (i, r) in rows.enumerate() {
         let dst = &mut out.q[i * kp..(i + 1) * kp];
-        let (scale, zero) =
-            ops::quantize_row(isa, &a.data[r * a.ld..r * a.ld + a.cols], &mut dst[..a.cols], top_code());
+        let mut src = &a.data[r * a.ld..r * a.ld + a.cols];
+        if !w.inv_smooth.is_empty() {
+            out.smoothed.clear();
+            out.smoothed.extend(src.iter().zip(&w.inv_smooth).map(|(x, s)| x * s));
+            src = &out.smoothed;
+        }
+        let (scale, zero) = ops::quantize_row(isa, src, &mut dst[..a.cols], top_code());
         dst[a.cols..].fill(zero.clamp(0, 255) as u8);
         out.scale.push(scale);
         out.zero.push(zero);
@@ -170,7 +193,7 @@ pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue
         }
         ROWS.with(|buf| {
             let quant = &mut *buf.borrow_mut();
-            quantize_rows(a, rows.clone(), w.kp, quant);
+            quantize_rows(a, rows.clone(), w, quant);
             // SAFETY: tasks cover disjoint (rows, panels) rectangles of C.
             unsafe { block(quant, w, out, rows, cols, epi) };
         });

@@ -4,6 +4,7 @@
 pub mod guard;
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ use reqwest::redirect::Policy;
 pub struct FetchConfig {
     /// Largest media item in bytes (downloaded or in a data URI).
     pub max_bytes: usize,
+    /// Most bytes all the downloads of one request may hold together.
+    pub max_request_bytes: usize,
     pub connect_timeout: Duration,
     /// The whole download, redirects included.
     pub timeout: Duration,
@@ -71,13 +74,19 @@ impl MediaFetcher {
     /// Fetches every reference concurrently; the first failure fails the lot. `kind` ("image",
     /// "audio") is what a data URI's declared type must be.
     pub async fn fetch_all(&self, sources: &[String], kind: &str) -> Result<Vec<Vec<u8>>, (usize, FetchError)> {
+        // Shared by the request's downloads, so 32 URLs cannot hold 32 × max_bytes at once.
+        let budget = AtomicUsize::new(self.cfg.max_request_bytes);
+        let budget = &budget;
         try_join_all(
-            sources.iter().enumerate().map(|(i, s)| async move { self.fetch(s, kind).await.map_err(|e| (i, e)) }),
+            sources
+                .iter()
+                .enumerate()
+                .map(|(i, s)| async move { self.fetch(s, kind, budget).await.map_err(|e| (i, e)) }),
         )
         .await
     }
 
-    pub async fn fetch(&self, source: &str, kind: &str) -> Result<Vec<u8>, FetchError> {
+    async fn fetch(&self, source: &str, kind: &str, budget: &AtomicUsize) -> Result<Vec<u8>, FetchError> {
         let source = source.trim();
         if source.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:")) {
             let d = data_uri::parse(source, self.cfg.max_bytes).map_err(|e| FetchError::Failed(e.to_string()))?;
@@ -102,10 +111,10 @@ impl MediaFetcher {
                 return Err(FetchError::Failed(guard::refused(ip)));
             }
         }
-        self.download(url).await.map_err(FetchError::Failed)
+        self.download(url, budget).await.map_err(FetchError::Failed)
     }
 
-    async fn download(&self, url: reqwest::Url) -> Result<Vec<u8>, String> {
+    async fn download(&self, url: reqwest::Url, budget: &AtomicUsize) -> Result<Vec<u8>, String> {
         let shown = redact(&url);
         let fail = |e: reqwest::Error| format!("fetching {shown} failed: {}", error_chain(&e.without_url()));
         let mut resp = self.client.get(url.clone()).send().await.map_err(fail)?;
@@ -120,6 +129,11 @@ impl MediaFetcher {
         while let Some(chunk) = resp.chunk().await.map_err(fail)? {
             if body.len() + chunk.len() > max {
                 return Err(format!("{shown} is larger than the {max}-byte limit"));
+            }
+            let n = chunk.len();
+            if budget.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(n)).is_err() {
+                let total = self.cfg.max_request_bytes;
+                return Err(format!("the request's media add up to more than the {total}-byte limit per request"));
             }
             body.extend_from_slice(&chunk);
         }

@@ -5,7 +5,7 @@ mod auth;
 mod classify;
 mod embeddings;
 pub mod error;
-mod extract;
+pub mod extract;
 mod health;
 mod models;
 pub mod openapi;
@@ -13,7 +13,7 @@ mod rerank;
 pub mod schemas;
 pub mod state;
 mod timing;
-mod validate;
+pub mod validate;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,0 +1,7 @@
+//! The `aleph` server as a library: the binary (`main.rs`) parses flags and calls [`startup::run`]; the
+//! fuzz targets (`fuzz/`) drive the request decoders directly.
+
+pub mod cli;
+pub mod fetch;
+pub mod http;
+pub mod startup;

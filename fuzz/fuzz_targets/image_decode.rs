@@ -1,0 +1,26 @@
+//! Image bytes through the decoder and CLIP's preprocessing (the tiny test model's processor).
+#![no_main]
+
+use std::sync::OnceLock;
+
+use aleph_models::media::image::{decode_rgb, ImageLimits, ImageProcessor};
+use libfuzzer_sys::fuzz_target;
+
+fn processor() -> &'static ImageProcessor {
+    static P: OnceLock<ImageProcessor> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny/clip");
+        ImageProcessor::from_dir(&dir).expect("the tiny CLIP fixture")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    // A small pixel budget keeps each run fast; the limit itself is what a bomb must not pass.
+    let limits = ImageLimits { max_pixels: 1 << 20 };
+    if let Ok(rgb) = decode_rgb(data, &limits) {
+        assert!((rgb.width * rgb.height) as u64 <= limits.max_pixels);
+        let pixels = processor().process_rgb(&rgb);
+        assert_eq!(pixels.data.len(), 3 * pixels.width * pixels.height);
+        assert!(pixels.data.iter().all(|v| v.is_finite()));
+    }
+});

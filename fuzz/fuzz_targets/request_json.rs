@@ -1,0 +1,27 @@
+//! Request bodies, as every inference route decodes and validates them before any work is queued.
+#![no_main]
+
+use aleph_server::http::extract::parse;
+use aleph_server::http::schemas::{ClassifyRequest, EmbeddingRequest, MediaEmbeddingRequest, RerankRequest};
+use aleph_server::http::state::Limits;
+use aleph_server::http::validate::{validate_media, validate_text, validate_texts};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let limits = Limits { max_client_batch_size: 2048, max_string_chars: 122_880, max_media_items: 32 };
+    if let Ok(r) = parse::<EmbeddingRequest>(data) {
+        let items = r.input.into_vec();
+        let _ = validate_texts("input", items.clone(), &limits);
+        let _ = validate_media("input", items, &limits);
+    }
+    if let Ok(r) = parse::<RerankRequest>(data) {
+        let _ = validate_text("query", r.query, &limits);
+        let _ = validate_texts("documents", r.documents, &limits);
+    }
+    if let Ok(r) = parse::<ClassifyRequest>(data) {
+        let _ = validate_texts("input", r.input.into_vec(), &limits);
+    }
+    if let Ok(r) = parse::<MediaEmbeddingRequest>(data) {
+        let _ = validate_media("input", r.input.into_vec(), &limits);
+    }
+});
