@@ -206,7 +206,15 @@ pub struct Clip {
 }
 
 /// Decodes WAV, FLAC, MP3 or OGG/Vorbis and averages the channels.
+///
+/// A decoder that panics on a malformed file (symphonia does on a WAV header with a zero sample rate,
+/// found by fuzzing) is the file's fault: the panic becomes a decode error.
 pub fn decode(bytes: &[u8], limits: &AudioLimits) -> Result<Clip, MediaError> {
+    std::panic::catch_unwind(|| decode_unguarded(bytes, limits))
+        .unwrap_or_else(|_| Err(MediaError::Decode("the audio file is malformed".into())))
+}
+
+fn decode_unguarded(bytes: &[u8], limits: &AudioLimits) -> Result<Clip, MediaError> {
     let bad = |e: SymphoniaError| match e {
         SymphoniaError::Unsupported(what) => MediaError::Unsupported(format!("unsupported audio: {what}")),
         other => MediaError::Decode(format!("cannot decode the audio: {other}")),
@@ -264,4 +272,17 @@ pub fn decode(bytes: &[u8], limits: &AudioLimits) -> Result<Clip, MediaError> {
         return Err(MediaError::Decode("the audio file holds no samples".into()));
     }
     Ok(Clip { rate, samples })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wav_with_a_zero_sample_rate_is_an_error_not_a_panic() {
+        // Found by fuzz/audio_decode: symphonia panics building a time base from a zero rate.
+        let mut wav = b"RIFF\xa4\x70\0\0WAVEfmt \x10\0\0\0\x01\0\x07\0\0\0\0\0\0\x7d\0\0\x02\0\x10\0".to_vec();
+        wav.extend(b"data\x80\x70\0\0\x56\xf7\x58\x04\xf5\xb9\x01\x31\xf1\xff");
+        assert!(matches!(decode(&wav, &AudioLimits::default()), Err(MediaError::Decode(_))));
+    }
 }

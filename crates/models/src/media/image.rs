@@ -211,8 +211,14 @@ fn floor_half(n: i64) -> i64 {
     n.div_euclid(2)
 }
 
-/// Decodes PNG, JPEG, WebP, GIF or BMP into 8-bit RGB, compositing transparency onto white.
+/// Decodes PNG, JPEG, WebP, GIF or BMP into 8-bit RGB, compositing transparency onto white. A panic in
+/// a decoder is the file's fault and comes back as a decode error.
 pub fn decode_rgb(bytes: &[u8], limits: &ImageLimits) -> Result<Rgb8, MediaError> {
+    std::panic::catch_unwind(|| decode_unguarded(bytes, limits))
+        .unwrap_or_else(|_| Err(MediaError::Decode("the image file is malformed".into())))
+}
+
+fn decode_unguarded(bytes: &[u8], limits: &ImageLimits) -> Result<Rgb8, MediaError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| MediaError::Decode(format!("cannot read the image: {e}")))?;
