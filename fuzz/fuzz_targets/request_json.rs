@@ -1,14 +1,18 @@
 //! Request bodies, as every inference route decodes and validates them before any work is queued.
 #![no_main]
 
-use aleph_server::http::extract::parse;
+use aleph_server::http::extract::{check_depth, parse};
 use aleph_server::http::schemas::{ClassifyRequest, EmbeddingRequest, MediaEmbeddingRequest, RerankRequest};
 use aleph_server::http::state::Limits;
 use aleph_server::http::validate::{validate_media, validate_text, validate_texts};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { max_client_batch_size: 2048, max_string_chars: 122_880, max_media_items: 32 };
+    let limits =
+        Limits { max_client_batch_size: 2048, max_string_chars: 122_880, max_media_items: 32, max_json_depth: 32 };
+    if check_depth(data, limits.max_json_depth).is_err() {
+        return;
+    }
     if let Ok(r) = parse::<EmbeddingRequest>(data) {
         let items = r.input.into_vec();
         let _ = validate_texts("input", items.clone(), &limits);

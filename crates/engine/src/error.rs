@@ -12,6 +12,8 @@ pub enum EngineError {
     /// The client's image (or audio) could not be used: undecodable, unsupported, too small or large.
     #[error("{0}")]
     BadMedia(String),
+    #[error("the request needs {tokens} tokens; at most {limit} are allowed per request (--max-request-tokens)")]
+    TooManyTokens { tokens: usize, limit: usize },
     #[error("model `{0}` is shutting down")]
     ShuttingDown(String),
 }

@@ -31,6 +31,8 @@ pub struct HandleConfig {
     pub warmup: bool,
     /// How embeddings leave the server (`--embedding-dtype`).
     pub embedding_dtype: EmbeddingDtype,
+    /// Most tokens one request may feed the model, after truncation (0: no limit).
+    pub max_request_tokens: usize,
 }
 
 /// One input to a model: a text, a (query, document) pair for a cross-encoder, or an encoded image
@@ -170,7 +172,11 @@ impl ModelHandle {
         let tokenization_time = started.elapsed();
         metrics::histogram!("aleph_tokenization_duration_seconds", "model" => self.name.clone())
             .record(tokenization_time.as_secs_f64());
-        let prompt_tokens = prepared.iter().map(Prepared::cost).sum();
+        let prompt_tokens: usize = prepared.iter().map(Prepared::cost).sum();
+        let limit = self.config.max_request_tokens;
+        if limit > 0 && prompt_tokens > limit {
+            return Err(EngineError::TooManyTokens { tokens: prompt_tokens, limit });
+        }
 
         let (replies, receivers): (Vec<Reply>, Vec<_>) = prepared.iter().map(|_| oneshot::channel()).unzip();
         self.queue.push_all(&self.name, prepared.into_iter().zip(replies).collect())?;

@@ -124,6 +124,15 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_PAYLOAD_LIMIT", default_value_t = 32 * 1024 * 1024, help_heading = "Serving")]
     pub payload_limit: usize,
 
+    /// Most tokens one request may feed a model, summed over its inputs after truncation to the model's
+    /// window (0: no limit beyond items × window). Past it: 422.
+    #[arg(long, env = "ALEPH_MAX_REQUEST_TOKENS", default_value_t = 0, help_heading = "Serving")]
+    pub max_request_tokens: usize,
+
+    /// Deepest nesting of JSON objects and arrays in a request body (422 past it).
+    #[arg(long, env = "ALEPH_MAX_JSON_DEPTH", default_value_t = 32, help_heading = "Serving")]
+    pub max_json_depth: usize,
+
     /// Most images or audio clips in one request.
     #[arg(long, env = "ALEPH_MAX_MEDIA_ITEMS", default_value_t = 32, help_heading = "Media")]
     pub max_media_items: usize,
@@ -223,6 +232,8 @@ pub struct ModelSpec {
     pub max_image_pixels: u64,
     /// `--media-max-seconds`, applied by the model's audio processor.
     pub max_audio_seconds: f64,
+    /// `--max-request-tokens`, enforced by the model's handle.
+    pub max_request_tokens: usize,
 }
 
 impl ServeArgs {
@@ -268,6 +279,7 @@ impl ServeArgs {
                 warmup: self.warmup(),
                 max_image_pixels: self.media_max_pixels,
                 max_audio_seconds: self.media_max_seconds,
+                max_request_tokens: self.max_request_tokens,
             })
             .collect();
         for spec in &specs {

@@ -38,6 +38,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_client_batch_size: args.max_client_batch_size,
             max_string_chars: args.max_string_chars,
             max_media_items: args.max_media_items.min(args.max_client_batch_size),
+            max_json_depth: args.max_json_depth,
         },
         metrics,
         Some(args.api_key.clone()).filter(|k| !k.is_empty()),
@@ -148,6 +149,7 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
         queue_size,
         warmup: spec.warmup,
         embedding_dtype: spec.embedding_dtype.parse().map_err(|e: String| anyhow!("--embedding-dtype: {e}"))?,
+        max_request_tokens: spec.max_request_tokens,
     };
     ModelHandle::start(spec.served_name.clone(), loaded, config, pool).with_context(ctx)
 }

@@ -333,3 +333,16 @@ fn permissive_cors_only_when_asked() {
     let r = s.request("POST", "/embeddings", Some(r#"{"input":"a"}"#), &origin);
     assert!(r.header("access-control-allow-origin").is_some());
 }
+
+#[test]
+fn json_depth_and_tokens_per_request_are_configurable_limits() {
+    let s = serve(&["--max-json-depth", "3", "--max-request-tokens", "12"]);
+    // {"input": [...]} is depth 2; one more level of nesting is still fine, two more are not.
+    assert_eq!(s.post("/embeddings", r#"{"input": ["short"], "user": null}"#).status, 200);
+    let v = s.post("/embeddings", r#"{"input": ["a"], "x": [[[1]]]}"#).assert_error(422);
+    assert!(v["error"]["message"].as_str().unwrap().contains("--max-json-depth"), "{v}");
+    // "Hello world" is 4 tokens with [CLS] and [SEP]: three fit in 12, four do not.
+    assert_eq!(s.post_json("/embeddings", &json!({"input": vec!["Hello world"; 3]})).status, 200);
+    let v = s.post_json("/embeddings", &json!({"input": vec!["Hello world"; 4]})).assert_error(422);
+    assert!(v["error"]["message"].as_str().unwrap().contains("16 tokens"), "{v}");
+}

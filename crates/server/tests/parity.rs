@@ -135,16 +135,16 @@ fn quantized_output_matches_sentence_transformers() {
     assert_eq!(b64.status, 200, "int8 as base64 float32, as Infinity");
 }
 
-/// `--dtype int8`: dynamically quantized linear layers stay close to sentence-transformers' f32 vectors.
-/// Each int8 kernel is held to its own bound: VNNI takes 8-bit activations; the AVX2 kernel 7-bit ones, so
-/// that its 16-bit pair sums cannot saturate.
+/// `--dtype int8`: dynamically quantized, smoothed linear layers stay close to sentence-transformers' f32
+/// vectors. VNNI (8-bit activations) is held to issue 4's bound, cosine ≥ 0.995 for every sentence; the AVX2
+/// kernel takes 7-bit activations, so that its 16-bit pair sums cannot saturate, and gets a looser one.
 #[test]
 fn int8_weights_stay_close() {
     let (sentences, reference, _) = fixtures();
-    let mut kernels = vec![("avx2", 0.99, 0.96)];
+    let mut kernels = vec![("avx2", 0.997, 0.985)];
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni") {
-        kernels.push(("avx512", 0.995, 0.98));
+        kernels.push(("avx512", 0.999, 0.995));
     }
     for (isa, mean_bound, min_bound) in kernels {
         let server = Server::start_with_env(

@@ -97,6 +97,7 @@ impl From<EngineError> for ApiError {
             EngineError::Inference(_) | EngineError::Tokenization(_) => StatusCode::INTERNAL_SERVER_ERROR,
             EngineError::ShuttingDown(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::BadMedia(_) => StatusCode::BAD_REQUEST,
+            EngineError::TooManyTokens { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         };
         let mut err = ApiError::new(status, e.to_string());
         match e {

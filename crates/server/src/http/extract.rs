@@ -4,17 +4,20 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
+use super::state::AppState;
 
 /// Like `axum::Json`, but rejections are 413 / 422 in the OpenAI envelope.
 pub struct ApiJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body is larger than the payload limit")
@@ -22,8 +25,39 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
                 ApiError::bad_request(format!("cannot read request body: {rejection}"))
             }
         })?;
+        check_depth(&bytes, state.limits.max_json_depth)?;
         parse(&bytes).map(ApiJson)
     }
+}
+
+/// Refuses JSON nested deeper than `max` objects and arrays (`--max-json-depth`), before it is parsed.
+pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), ApiError> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return Err(ApiError::unprocessable(format!(
+                        "JSON is nested deeper than {max} levels (--max-json-depth)"
+                    )));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Decodes a JSON body, reporting the path of the offending field.
@@ -55,4 +89,16 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // Only whitespace may follow the object.
     de.end().map_err(|e| ApiError::unprocessable(format!("malformed JSON: {e}")))?;
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_counts_brackets_outside_strings() {
+        assert!(check_depth(br#"{"a": [[1]], "b": "[[[[[[["}"#, 3).is_ok());
+        assert!(check_depth(br#"{"a": [[[1]]]}"#, 3).is_err());
+        assert!(check_depth(br#"{"a": "\"[[[[", "b": 1}"#, 1).is_ok());
+    }
 }

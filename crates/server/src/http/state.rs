@@ -15,6 +15,8 @@ pub struct Limits {
     pub max_string_chars: usize,
     /// Images or audio clips per request.
     pub max_media_items: usize,
+    /// Deepest nesting of objects and arrays in a request body.
+    pub max_json_depth: usize,
 }
 
 /// Where the process is in its life: the port opens while models load, and stays open while it drains.

@@ -79,7 +79,7 @@ mod tests {
 
     #[test]
     fn texts_are_stripped_and_limited() {
-        let limits = Limits { max_client_batch_size: 2, max_string_chars: 5, max_media_items: 1 };
+        let limits = Limits { max_client_batch_size: 2, max_string_chars: 5, max_media_items: 1, max_json_depth: 8 };
         assert_eq!(validate_texts("input", vec![" ab ".into()], &limits).unwrap(), vec!["ab"]);
         assert_eq!(validate_texts("input", vec![], &limits).unwrap_err().status.as_u16(), 422);
         assert_eq!(validate_texts("input", vec!["a".into(); 3], &limits).unwrap_err().status.as_u16(), 422);
@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn media_must_be_data_uris_or_web_urls() {
-        let limits = Limits { max_client_batch_size: 8, max_string_chars: 5, max_media_items: 2 };
+        let limits = Limits { max_client_batch_size: 8, max_string_chars: 5, max_media_items: 2, max_json_depth: 8 };
         let ok = vec!["data:image/png;base64,AA==".to_string(), "https://example.com/a.png".to_string()];
         assert!(validate_media("input", ok, &limits).is_ok());
         for bad in ["file:///etc/passwd", "/tmp/x.png", "ftp://host/x", "https://"] {
