@@ -29,6 +29,11 @@ impl From<candle_core::Error> for ModelError {
     }
 }
 
+/// A weight that is missing or mis-shaped, as a load error.
+pub(crate) fn weights(e: candle_core::Error) -> ModelError {
+    ModelError::Weights(e.to_string())
+}
+
 /// Reads and parses a JSON file, naming the file in any error.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T, ModelError> {
     let text = std::fs::read_to_string(path).map_err(|e| {

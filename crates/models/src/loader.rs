@@ -15,7 +15,7 @@ use crate::cpu::bert::FastBert;
 use crate::cpu::clap::FastClap;
 use crate::cpu::clip::FastClip;
 use crate::encoder::Encoder;
-use crate::error::{read_json, ModelError};
+use crate::error::{read_json, weights, ModelError};
 use crate::heads::{Head, HostLinear};
 use crate::media::audio::{AudioFeatures, AudioLimits, AudioProcessor};
 use crate::media::image::{ImageLimits, ImageProcessor, Pixels};
@@ -248,7 +248,6 @@ fn load_bert_family(
         }
         Task::Rerank | Task::Classify { .. } => {
             let labels = if let Task::Classify { labels, .. } = &task { labels.len() } else { 1 };
-            let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
             let (dense, out) = match flavor {
                 Flavor::Bert => (bert::root(vb.clone()).pp("pooler").pp("dense"), vb.pp("classifier")),
                 Flavor::Roberta => (vb.pp("classifier").pp("dense"), vb.pp("classifier").pp("out_proj")),

@@ -2,32 +2,10 @@
 //! `scripts/make_tiny_media_models.py`, with the features and embeddings transformers computed
 //! (after the documented steps transformers lacks: resampling, downmix, centre window).
 
-use std::path::PathBuf;
-
 use aleph_models::{load, Backend, Batch, LoadOptions};
-use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny")
-}
-
-fn reference() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("clap/reference.json")).unwrap()).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
-/// Aleph's CPU kernels and the candle reference path.
-fn backends() -> [(Backend, &'static str); 2] {
-    [(Backend::Auto, "aleph-cpu"), (Backend::Candle, "candle")]
-}
+mod common;
+use common::{backends, fixtures, floats, max_diff, reference};
 
 #[test]
 fn audio_features_and_embeddings_match_transformers() {
@@ -40,7 +18,7 @@ fn check_audio(backend: Backend, name: &str) {
     let loaded = load(&fixtures().join("clap"), &LoadOptions { backend, ..Default::default() }).unwrap();
     assert_eq!(loaded.info.backend, name);
     let processor = loaded.audio.as_ref().unwrap();
-    let r = reference();
+    let r = reference("clap");
     let mut all = Vec::new();
     for clip in r["clips"].as_array().unwrap() {
         let file = clip["file"].as_str().unwrap();
@@ -72,7 +50,7 @@ fn text_tower_matches_transformers() {
 fn check_texts(backend: Backend, name: &str) {
     let loaded = load(&fixtures().join("clap"), &LoadOptions { backend, ..Default::default() }).unwrap();
     assert_eq!(loaded.info.backend, name);
-    let r = reference();
+    let r = reference("clap");
     let texts = r["texts"].as_array().unwrap();
     let mut batch = Batch::new();
     for t in texts {

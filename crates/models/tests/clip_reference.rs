@@ -1,25 +1,14 @@
 //! CLIP against transformers: the tiny seeded model and test media from
 //! `scripts/make_tiny_media_models.py`, with the pixel values and embeddings transformers computed.
 
-use std::path::PathBuf;
-
 use aleph_models::media::image::{composite_on_white, decode_rgb, ImageLimits};
 use aleph_models::media::resample::Rgb8;
 use aleph_models::{load, Backend, Batch, LoadOptions};
 use base64::Engine as _;
 use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny")
-}
-
-fn reference() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("clip/reference.json")).unwrap()).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
+mod common;
+use common::{backends, fixtures, floats, max_diff, reference};
 
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -38,16 +27,6 @@ fn pil_decoded(img: &Value) -> Rgb8 {
     }
 }
 
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
-/// Aleph's CPU kernels and the candle reference path.
-fn backends() -> [(Backend, &'static str); 2] {
-    [(Backend::Auto, "aleph-cpu"), (Backend::Candle, "candle")]
-}
-
 #[test]
 fn image_preprocessing_and_embeddings_match_transformers() {
     for (backend, name) in backends() {
@@ -59,7 +38,7 @@ fn check_images(backend: Backend, name: &str) {
     let loaded = load(&fixtures().join("clip"), &LoadOptions { backend, ..Default::default() }).unwrap();
     assert_eq!(loaded.info.backend, name);
     let processor = loaded.images.as_ref().unwrap();
-    let r = reference();
+    let r = reference("clip");
     for img in r["images"].as_array().unwrap() {
         let file = img["file"].as_str().unwrap();
         let bytes = std::fs::read(fixtures().join("media").join(file)).unwrap();
@@ -105,7 +84,7 @@ fn text_tower_matches_transformers_in_one_batch() {
 fn check_texts(backend: Backend, name: &str) {
     let loaded = load(&fixtures().join("clip"), &LoadOptions { backend, ..Default::default() }).unwrap();
     assert_eq!(loaded.info.backend, name);
-    let r = reference();
+    let r = reference("clip");
     let texts = r["texts"].as_array().unwrap();
     let mut batch = Batch::new();
     for t in texts {

@@ -80,16 +80,7 @@ fn start_hub() -> (String, Arc<Mutex<Vec<String>>>) {
         .route("/api/models/{org}/{name}/revision/{rev}", get(info))
         .route("/{org}/{name}/resolve/{rev}/{*file}", get(resolve))
         .with_state(hub);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    (format!("http://{}", rx.recv().unwrap()), log)
+    (common::serve_router(app), log)
 }
 
 fn hello_reference() -> Vec<f32> {

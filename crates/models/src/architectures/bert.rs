@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::batch::Batch;
 use crate::encoder::{Encoder, TokenStates};
-use crate::error::ModelError;
+use crate::error::{weights, ModelError};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct BertConfig {
@@ -227,7 +227,6 @@ impl Bert {
             )));
         }
         let act = Activation::parse(&cfg.hidden_act)?;
-        let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
         let embeddings = Embeddings::load(vb.pp("embeddings"), cfg).map_err(weights)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(vb.pp("encoder").pp("layer").pp(i), cfg))

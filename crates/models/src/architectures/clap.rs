@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::bert::{self, Activation, Bert, BertConfig, Dense, Flavor};
 use crate::batch::Batch;
-use crate::error::ModelError;
+use crate::error::{weights, ModelError};
 use crate::media::audio::AudioFeatures;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -110,10 +110,6 @@ fn gelu() -> String {
 }
 fn relu() -> String {
     "relu".into()
-}
-
-fn weights(e: candle_core::Error) -> ModelError {
-    ModelError::Weights(e.to_string())
 }
 
 /// `linear2(act(linear1(x)))`.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::bert::{Activation, Dense};
 use crate::batch::Batch;
-use crate::error::ModelError;
+use crate::error::{weights, ModelError};
 use crate::media::image::Pixels;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -159,10 +159,6 @@ pub(crate) fn pool_position(ids: &[u32], eos: u32) -> usize {
     } else {
         ids.iter().position(|&t| t == eos).unwrap_or(0)
     }
-}
-
-fn weights(e: candle_core::Error) -> ModelError {
-    ModelError::Weights(e.to_string())
 }
 
 /// A projection without bias, stored transposed for `x @ w`.

@@ -6,18 +6,12 @@
 use candle_nn::VarBuilder;
 
 use super::gemm::{Epilogue, MatRef};
-use super::layers::{attention, host, norm_rows, Dense, Norm};
+use super::layers::{attention, host, norm_rows, Act, Dense, Norm};
 use super::{ops, Isa};
 use crate::architectures::bert::{BertConfig, Flavor};
 use crate::batch::Batch;
 use crate::encoder::{Encoder, TokenStates};
-use crate::error::ModelError;
-
-#[derive(Debug, Clone, Copy)]
-enum Act {
-    GeluErf,
-    GeluTanh,
-}
+use crate::error::{weights, ModelError};
 
 struct Layer {
     qkv: Dense,
@@ -49,11 +43,7 @@ impl FastBert {
     /// Loads from a var builder rooted at the encoder (the `bert.` / `roberta.` prefix applied).
     /// `int8` quantizes the linear layers' weights (dynamic quantization; attention stays f32).
     pub fn load(vb: VarBuilder, cfg: &BertConfig, flavor: Flavor, int8: bool) -> Result<Self, ModelError> {
-        let act = match cfg.hidden_act.as_str() {
-            "gelu" => Act::GeluErf,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Act::GeluTanh,
-            other => return Err(ModelError::Unsupported(format!("hidden_act `{other}` on the fast CPU path"))),
-        };
+        let act = Act::parse(&cfg.hidden_act)?;
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
             return Err(ModelError::Unsupported(format!(
@@ -61,7 +51,6 @@ impl FastBert {
                 cfg.num_attention_heads
             )));
         }
-        let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
         let emb = vb.pp("embeddings");
         let word =
             host(emb.pp("word_embeddings").get((cfg.vocab_size, h), "weight").map_err(weights)?).map_err(weights)?;
@@ -251,7 +240,6 @@ impl FastBert {
         for batch in calibration.iter().filter(|b| !b.is_empty()) {
             model.forward(batch, Some(&mut stats))?;
         }
-        let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
         for (n, (layer, s)) in model.layers.iter_mut().zip(&stats).enumerate() {
             let raw = RawLayer::read(vb.pp("encoder").pp("layer").pp(n), h, i).map_err(weights)?;
             *layer = raw.build(h, i, true, Some(s));
@@ -285,14 +273,8 @@ impl FastBert {
                 record(&mut s.ffn_in_in, &mid);
             }
             let mm = MatRef { data: &mid, rows: t, cols: h, ld: h };
-            let epi = match self.act {
-                Act::GeluErf => Epilogue::BiasGelu(&layer.ffn_in.b),
-                Act::GeluTanh => Epilogue::Bias(&layer.ffn_in.b),
-            };
-            layer.ffn_in.forward(mm, &mut inter, self.inter, epi);
-            if let Act::GeluTanh = self.act {
-                ops::gelu_tanh(self.isa, &mut inter);
-            }
+            layer.ffn_in.forward(mm, &mut inter, self.inter, self.act.epilogue(&layer.ffn_in.b));
+            self.act.finish(self.isa, &mut inter);
             if let Some(s) = stat {
                 record(&mut s.ffn_out_in, &inter);
             }

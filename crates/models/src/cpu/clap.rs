@@ -9,7 +9,7 @@ use crate::architectures::bert::{self, Flavor};
 use crate::architectures::clap::ClapConfig;
 use crate::batch::Batch;
 use crate::encoder::Encoder;
-use crate::error::ModelError;
+use crate::error::{weights, ModelError};
 use crate::heads::HostLinear;
 
 pub struct FastClap {
@@ -22,7 +22,6 @@ pub struct FastClap {
 
 impl FastClap {
     pub fn load(vb: VarBuilder, cfg: &ClapConfig) -> Result<Self, ModelError> {
-        let weights = |e: candle_core::Error| ModelError::Weights(e.to_string());
         let t = &cfg.text_config;
         let h = t.hidden_size;
         let text = FastBert::load(bert::root(vb.pp("text_model")), t, Flavor::Roberta, false)?;

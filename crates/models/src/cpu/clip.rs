@@ -5,19 +5,12 @@
 use candle_nn::VarBuilder;
 
 use super::gemm::{Epilogue, MatRef};
-use super::layers::{attention, host, norm_rows, Dense, Norm};
+use super::layers::{attention, host, norm_rows, Act, Dense, Norm};
 use super::{ops, Isa};
 use crate::architectures::clip::{pool_position, ClipConfig, TextConfig, TowerConfig, VisionConfig};
 use crate::batch::Batch;
-use crate::error::ModelError;
+use crate::error::{weights, ModelError};
 use crate::media::image::Pixels;
-
-#[derive(Debug, Clone, Copy)]
-enum Act {
-    QuickGelu,
-    GeluErf,
-    GeluTanh,
-}
 
 struct Layer {
     norm1: Norm,
@@ -39,18 +32,9 @@ struct PreNorm {
     isa: Isa,
 }
 
-fn weights(e: candle_core::Error) -> ModelError {
-    ModelError::Weights(e.to_string())
-}
-
 impl PreNorm {
     fn load(vb: VarBuilder, cfg: &TowerConfig) -> Result<Self, ModelError> {
-        let act = match cfg.hidden_act.as_str() {
-            "quick_gelu" => Act::QuickGelu,
-            "gelu" => Act::GeluErf,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Act::GeluTanh,
-            other => return Err(ModelError::Unsupported(format!("hidden_act `{other}` on the fast CPU path"))),
-        };
+        let act = Act::parse(&cfg.hidden_act)?;
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
             return Err(ModelError::Unsupported(format!("hidden_size {h} with {} heads", cfg.num_attention_heads)));
@@ -106,16 +90,8 @@ impl PreNorm {
             normed.copy_from_slice(&mid);
             norm_rows(self.isa, &mut normed, &layer.norm2, h, self.eps);
             let nm = MatRef { data: &normed, rows: t, cols: h, ld: h };
-            let epi = match self.act {
-                Act::GeluErf => Epilogue::BiasGelu(&layer.fc1.b),
-                Act::QuickGelu | Act::GeluTanh => Epilogue::Bias(&layer.fc1.b),
-            };
-            layer.fc1.forward(nm, &mut inter, self.inter, epi);
-            match self.act {
-                Act::QuickGelu => ops::quick_gelu(self.isa, &mut inter),
-                Act::GeluTanh => ops::gelu_tanh(self.isa, &mut inter),
-                Act::GeluErf => {}
-            }
+            layer.fc1.forward(nm, &mut inter, self.inter, self.act.epilogue(&layer.fc1.b));
+            self.act.finish(self.isa, &mut inter);
             let im = MatRef { data: &inter, rows: t, cols: self.inter, ld: self.inter };
             layer.fc2.forward(im, x, h, Epilogue::BiasResidual(&layer.fc2.b, &mid));
         }

@@ -12,12 +12,8 @@ use super::{ops, Isa};
 use crate::architectures::clap::{
     check_audio_config, relative_index, shift_label, stage_window, AudioConfig, SpecImage,
 };
-use crate::error::ModelError;
+use crate::error::{weights, ModelError};
 use crate::media::audio::AudioFeatures;
-
-fn weights(e: candle_core::Error) -> ModelError {
-    ModelError::Weights(e.to_string())
-}
 
 struct Block {
     norm1: Norm,

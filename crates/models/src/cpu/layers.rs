@@ -95,6 +95,44 @@ impl Dense {
     }
 }
 
+/// The feed-forward activations the CPU encoders run, as `hidden_act` names them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Act {
+    /// erf GELU, fused into the GEMM's epilogue.
+    GeluErf,
+    GeluTanh,
+    /// OpenAI CLIP's `x · sigmoid(1.702 x)`.
+    QuickGelu,
+}
+
+impl Act {
+    pub fn parse(name: &str) -> Result<Self, crate::error::ModelError> {
+        match name {
+            "gelu" => Ok(Act::GeluErf),
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Act::GeluTanh),
+            "quick_gelu" => Ok(Act::QuickGelu),
+            other => Err(crate::error::ModelError::Unsupported(format!("hidden_act `{other}` on the fast CPU path"))),
+        }
+    }
+
+    /// The epilogue of the GEMM that feeds the activation.
+    pub fn epilogue(self, bias: &[f32]) -> Epilogue<'_> {
+        match self {
+            Act::GeluErf => Epilogue::BiasGelu(bias),
+            Act::GeluTanh | Act::QuickGelu => Epilogue::Bias(bias),
+        }
+    }
+
+    /// What the epilogue left to do.
+    pub fn finish(self, isa: Isa, x: &mut [f32]) {
+        match self {
+            Act::GeluErf => {}
+            Act::GeluTanh => ops::gelu_tanh(isa, x),
+            Act::QuickGelu => ops::quick_gelu(isa, x),
+        }
+    }
+}
+
 /// Layer-normalizes each `h`-wide row, in parallel when there are many.
 pub(crate) fn norm_rows(isa: Isa, x: &mut [f32], norm: &Norm, h: usize, eps: f32) {
     let rows = x.len() / h;

@@ -200,3 +200,17 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
 pub fn floats(v: &Value) -> Vec<f32> {
     v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number") as f32).collect()
 }
+
+/// Serves `app` on a loopback port from a background thread; returns its base URL.
+pub fn serve_router(app: axum::Router) -> String {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    format!("http://{}", rx.recv().unwrap())
+}
