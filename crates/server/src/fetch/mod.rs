@@ -89,7 +89,12 @@ impl MediaFetcher {
     async fn fetch(&self, source: &str, kind: &str, budget: &AtomicUsize) -> Result<Vec<u8>, FetchError> {
         let source = source.trim();
         if source.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:")) {
-            let d = data_uri::parse(source, self.cfg.max_bytes).map_err(|e| FetchError::Failed(e.to_string()))?;
+            // Decoding megabytes of base64 is CPU work: off the async I/O threads.
+            let (owned, max) = (source.to_string(), self.cfg.max_bytes);
+            let d = tokio::task::spawn_blocking(move || data_uri::parse(&owned, max))
+                .await
+                .map_err(|_| FetchError::Failed("decoding the data URI failed".into()))?
+                .map_err(|e| FetchError::Failed(e.to_string()))?;
             if let Some(mime) = d.mime.as_deref() {
                 if !mime.starts_with(&format!("{kind}/")) && mime != "application/octet-stream" {
                     return Err(FetchError::Failed(format!("the data URI declares `{mime}`; expected {kind}/*")));
