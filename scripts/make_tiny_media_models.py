@@ -167,6 +167,10 @@ def test_audio(out):
     sf.write(out / "chirp-48k.flac", sf.read(out / "chirp-48k.wav")[0], 48000, subtype="PCM_16")
     sf.write(out / "long-stereo-48k.wav", chirp(48000, 3.1, channels=2), 48000, subtype="PCM_16")
     sf.write(out / "speech-16k.wav", chirp(16000, 0.9), 16000, subtype="PCM_16")
+    # Lossy copies of the chirp: no reference (decoders differ), they must land near the WAV's embedding.
+    wav = sf.read(out / "chirp-48k.wav")[0]
+    sf.write(out / "chirp-48k.ogg", wav, 48000, format="OGG", subtype="VORBIS")
+    sf.write(out / "chirp-48k.mp3", wav, 48000, format="MP3", subtype="MPEG_LAYER_III")
     return ["chirp-48k.wav", "chirp-48k.flac", "long-stereo-48k.wav", "speech-16k.wav"]
 
 

@@ -112,3 +112,18 @@ fn every_kernel_set_and_the_candle_path_agree_with_transformers() {
         assert!(d < 1e-4, "{flags:?} {env:?}: text differs by {d}");
     }
 }
+
+#[test]
+fn lossy_formats_decode_and_land_near_the_lossless_clip() {
+    let s = clap_server(&["--no-model-warmup"]);
+    let files = ["chirp-48k.wav", "chirp-48k.ogg", "chirp-48k.mp3"];
+    let uris: Vec<String> = files.iter().map(|f| file_uri(f)).collect();
+    let body = s.post_json("/embeddings", &json!({"input": uris, "modality": "audio"}));
+    assert_eq!(body.status, 200, "{}", body.body);
+    let v = embeddings(&body.json());
+    for (file, e) in files.iter().zip(&v).skip(1) {
+        let cos = common::cosine(&v[0], e);
+        eprintln!("{file}: cosine to the WAV {cos:.5}");
+        assert!(cos > 0.99, "{file}: cosine to the WAV {cos}");
+    }
+}

@@ -26,6 +26,8 @@ pub fn file_uri(name: &str) -> String {
         Some("jpg") => "image/jpeg",
         Some("wav") => "audio/wav",
         Some("flac") => "audio/flac",
+        Some("ogg") => "audio/ogg",
+        Some("mp3") => "audio/mpeg",
         _ => "image/png",
     };
     data_uri(mime, &std::fs::read(media_dir().join(name)).unwrap())
