@@ -34,6 +34,14 @@ struct Args {
     /// Only the real-sentence run (for profiling it).
     #[arg(long)]
     corpus_only: bool,
+    /// Only these forward-pass shapes, as batch×tokens (e.g. `--shape 32x256`); all when absent.
+    #[arg(long, value_parser = parse_shape)]
+    shape: Vec<(usize, usize)>,
+}
+
+fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+    let (b, l) = s.split_once('x').ok_or("expected BATCHxTOKENS")?;
+    Ok((b.parse().map_err(|_| "bad batch")?, l.parse().map_err(|_| "bad tokens")?))
 }
 
 /// Median seconds of `f` over at least 3 runs and about `budget` seconds.
@@ -108,7 +116,9 @@ fn main() -> anyhow::Result<()> {
     println!("\n## Forward pass (encoder + pooling), synthetic inputs of equal length");
     println!("FLOPs per token = layers × (2·(4h² + 2hi) + 4·len·h), h={h}, i={i}, layers={layers}");
     println!("| backend | batch | tokens | ms | tokens/s | GFLOP/s | % of best GEMM |\n|---|---|---|---|---|---|---|");
-    for &(bs, len) in &[(1, 16), (1, 64), (1, 256), (8, 16), (8, 64), (8, 256), (32, 16), (32, 64), (32, 256)] {
+    let all = [(1, 16), (1, 64), (1, 256), (8, 16), (8, 64), (8, 256), (32, 16), (32, 64), (32, 256)];
+    let shapes = if args.shape.is_empty() { &all[..] } else { &args.shape[..] };
+    for &(bs, len) in shapes {
         let mut batch = Batch::new();
         let ids = &full.ids[..len];
         let types = vec![0u32; len];
