@@ -274,14 +274,14 @@ pub(crate) unsafe fn apply_epilogue(
         let row = std::slice::from_raw_parts_mut(c.add(r * ldc), cols);
         match epi {
             Epilogue::None => {}
-            Epilogue::Bias(bias) => ops::add_assign(row, &bias[col0..col0 + cols]),
+            Epilogue::Bias(bias) => ops::add(isa, row, &bias[col0..col0 + cols]),
             Epilogue::BiasGelu(bias) => {
-                ops::add_assign(row, &bias[col0..col0 + cols]);
+                ops::add(isa, row, &bias[col0..col0 + cols]);
                 ops::gelu_erf(isa, row);
             }
             Epilogue::BiasResidual(bias, res) => {
-                ops::add_assign(row, &bias[col0..col0 + cols]);
-                ops::add_assign(row, &res[(row0 + r) * ldc + col0..][..cols]);
+                ops::add(isa, row, &bias[col0..col0 + cols]);
+                ops::add(isa, row, &res[(row0 + r) * ldc + col0..][..cols]);
             }
         }
     }

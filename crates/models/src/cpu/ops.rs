@@ -227,6 +227,7 @@ versions! {
     quick_gelu(x: &mut [f32]) => quick_gelu_body;
     layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) => layer_norm_body;
     softmax(x: &mut [f32], scale: f32) => softmax_body;
+    add(dst: &mut [f32], src: &[f32]) => add_assign;
 }
 
 /// [`quantize_row_body`] for the running CPU.
