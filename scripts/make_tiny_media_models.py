@@ -248,19 +248,103 @@ def clap(out, media_dir, clips):
     }))
 
 
+def clap_fused(out, media_dir, clips):
+    """A CLAP with feature fusion (`enable_fusion`, truncation `fusion`): the AFF block and the crop path.
+
+    transformers picks each of the three crops at random within its third of the offsets and, when no clip
+    in a batch is longer than the window, marks one at random as longer. Aleph takes the middle offset of
+    each third and runs every clip as transformers runs a clip alone (always through the crop path); the
+    reference makes the same choices: `np.random.choice` returns the middle element, one clip per call.
+    """
+    import soundfile as sf
+    from scipy.signal import resample_poly
+    from transformers import ClapConfig, ClapFeatureExtractor, ClapModel
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_tiny_models import sentences
+
+    torch.manual_seed(SEED + 7)
+    tok = bpe_tokenizer(sentences())
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=66, type_vocab_size=1, pad_token_id=1, projection_dim=24)
+    # Fusion squeezes the whole spectrogram to 64 mel bins (hard-coded in transformers), so 64 mels; a
+    # 128-wide image with frequency ratio 2 holds the 201 frames of a 2 s window.
+    audio = dict(num_mel_bins=64, spec_size=128, patch_size=4, patch_stride=[4, 4], window_size=4,
+                 patch_embeds_hidden_size=16, depths=[2, 2], num_attention_heads=[2, 4], hidden_size=32,
+                 projection_dim=24, enable_fusion=True, fusion_type="aff_2d", aff_block_r=4)
+    cfg = ClapConfig(text_config=text, audio_config=audio, projection_dim=24)
+    model = ClapModel(cfg).eval()
+    # Non-trivial batch-norm statistics everywhere, so a missing or misfolded normalization shows.
+    with torch.no_grad():
+        for m in model.audio_model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n) * (5 if n == 64 else 0.3) - (40 if n == 64 else 0))
+                m.running_var.copy_(torch.rand(n) * (30 if n == 64 else 1) + (5 if n == 64 else 0.5))
+                m.weight.copy_(1 + 0.2 * torch.randn(n))
+                m.bias.copy_(0.1 * torch.randn(n))
+    fe = ClapFeatureExtractor(feature_size=64, sampling_rate=48000, hop_length=480, max_length_s=2,
+                              fft_window_size=1024, frequency_min=50, frequency_max=14000,
+                              truncation="fusion", padding="repeatpad")
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    fe.save_pretrained(out)
+
+    np.random.choice = lambda a: a[len(a) // 2]  # the middle of each third, as Aleph takes
+    rate = fe.sampling_rate
+    clips_ref = []
+    for name in clips:
+        x, sr = sf.read(media_dir / name, dtype="float64", always_2d=True)
+        x = x.mean(axis=1)  # mono
+        if sr != rate:
+            g = np.gcd(sr, rate)
+            x = resample_poly(x, rate // g, sr // g)
+        feats = fe(x, sampling_rate=rate, return_tensors="pt")  # one clip: is_longer is True
+        assert bool(feats["is_longer"][0][0])
+        with torch.no_grad():
+            emb = model.get_audio_features(**feats).pooler_output
+        clips_ref.append({"file": name, "sampling_rate": sr, "longer_than_window": len(x) > fe.nb_max_samples,
+                          # dB values to 1e-5, to keep the file small
+                          "input_features": [round(v, 5) for v in feats["input_features"][0].flatten().tolist()],
+                          "embedding": emb[0].tolist()})
+    texts = []
+    for t in AUDIO_TEXTS:
+        enc = tok([t], truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            emb = model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).pooler_output
+        texts.append({"text": t, "input_ids": enc["input_ids"][0].tolist(), "embedding": emb[0].tolist()})
+    (out / "reference.json").write_text(json.dumps({
+        "note": "embeddings are transformers' get_*_features outputs (L2-normalized); input_features are the "
+                "four fusion channels; crops at the middle offset of each third, each clip run alone",
+        "clips": clips_ref, "texts": texts,
+    }))
+
+
+AUDIO_FILES = ["chirp-48k.wav", "chirp-48k.flac", "long-stereo-48k.wav", "speech-16k.wav"]
+
+
 def main():
+    """Arguments: the output folder, the open-clip-torch wheel, then the parts to make (default: all)."""
     root, wheel = Path(sys.argv[1]), Path(sys.argv[2])
+    parts = sys.argv[3:] or ["clip", "clap", "clap-fused"]
     media_dir = root / "media"
     media_dir.mkdir(parents=True, exist_ok=True)
-    media = test_images(media_dir)
-    d = root / "clip"
-    d.mkdir(parents=True, exist_ok=True)
-    clip(d, wheel, media_dir, media)
-    clips = test_audio(media_dir)
-    d = root / "clap"
-    d.mkdir(parents=True, exist_ok=True)
-    clap(d, media_dir, clips)
-    print("wrote", root / "clip", root / "clap", "and", media_dir)
+    if "clip" in parts:
+        media = test_images(media_dir)
+        d = root / "clip"
+        d.mkdir(parents=True, exist_ok=True)
+        clip(d, wheel, media_dir, media)
+    if "clap" in parts:
+        clips = test_audio(media_dir)
+        assert clips == AUDIO_FILES
+        d = root / "clap"
+        d.mkdir(parents=True, exist_ok=True)
+        clap(d, media_dir, clips)
+    if "clap-fused" in parts:
+        d = root / "clap-fused"
+        d.mkdir(parents=True, exist_ok=True)
+        clap_fused(d, media_dir, [f for f in AUDIO_FILES if f != "chirp-48k.flac"])
+    print("wrote", ", ".join(parts), "under", root)
 
 
 if __name__ == "__main__":

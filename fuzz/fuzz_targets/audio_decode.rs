@@ -1,4 +1,5 @@
-//! Audio bytes through the decoder, resampling and CLAP's feature extraction (the tiny test model's).
+//! Audio bytes through the decoder, resampling and CLAP's feature extraction (the tiny test models': one
+//! window, and feature fusion's four spectrograms).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -14,18 +15,23 @@ fn quiet_caught_panics() {
     ONCE.call_once(|| std::panic::set_hook(Box::new(|_| {})));
 }
 
-fn processor() -> &'static AudioProcessor {
-    static P: OnceLock<AudioProcessor> = OnceLock::new();
+fn processors() -> &'static [AudioProcessor; 2] {
+    static P: OnceLock<[AudioProcessor; 2]> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny/clap");
-        AudioProcessor::from_dir(&dir).expect("the tiny CLAP fixture").with_limits(AudioLimits { max_seconds: 5.0 })
+        let load = |name: &str| {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny").join(name);
+            AudioProcessor::from_dir(&dir).expect("a tiny CLAP fixture").with_limits(AudioLimits { max_seconds: 5.0 })
+        };
+        [load("clap"), load("clap-fused")]
     })
 }
 
 fuzz_target!(|data: &[u8]| {
     quiet_caught_panics();
-    if let Ok(f) = processor().process(data) {
-        assert_eq!(f.data.len(), f.frames * f.mels);
-        assert!(f.data.iter().all(|v| v.is_finite()), "features are finite");
+    for p in processors() {
+        if let Ok(f) = p.process(data) {
+            assert_eq!(f.data.len(), f.channels * f.frames * f.mels);
+            assert!(f.data.iter().all(|v| v.is_finite()), "features are finite");
+        }
     }
 });

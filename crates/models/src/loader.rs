@@ -378,6 +378,13 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         Backend::Candle => (ClapTowers::Candle(Box::new(Clap::load(vb, &cfg)?)), "candle"),
     };
     let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
+    if audio.fusion() != cfg.audio_config.enable_fusion {
+        let (extractor, model) = if audio.fusion() { ("`fusion`", "without") } else { ("`rand_trunc`", "with") };
+        return Err(ModelError::BadFile {
+            path: dir.join("preprocessor_config.json"),
+            reason: format!("truncation {extractor} does not fit config.json's audio tower {model} feature fusion"),
+        });
+    }
     let window = Flavor::Roberta.max_len(&cfg.text_config);
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
     let (dim, audio_cost, weight_bytes) = match &towers {

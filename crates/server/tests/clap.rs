@@ -16,7 +16,11 @@ fn clap_server(extra: &[&str]) -> Server {
 }
 
 fn reference() -> Value {
-    let path = repo_root().join("tests/fixtures/tiny/clap/reference.json");
+    reference_of("clap")
+}
+
+fn reference_of(model: &str) -> Value {
+    let path = repo_root().join(format!("tests/fixtures/tiny/{model}/reference.json"));
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -57,6 +61,24 @@ fn clips_and_texts_match_transformers_and_urls_match_data_uris() {
         let d = max_diff(v, &floats(&t["embedding"]));
         assert!(d < 1e-4, "{:?}: differs from transformers by {d}", t["text"]);
         assert_eq!(v.len(), got[0].len(), "text and audio share the space");
+    }
+}
+
+#[test]
+fn a_fused_clap_embeds_each_clip_of_a_batch_as_transformers_does_alone() {
+    let dir = repo_root().join("tests/fixtures/tiny/clap-fused").to_string_lossy().into_owned();
+    let r = reference_of("clap-fused");
+    let clips = r["clips"].as_array().unwrap();
+    let uris: Vec<String> = clips.iter().map(|c| file_uri(c["file"].as_str().unwrap())).collect();
+    for engine in ["auto", "candle"] {
+        let s = Server::start(&["--model-id", dir.as_str(), "--engine", engine]);
+        // One request, so the clips share a batch: none may change another's embedding.
+        let body = s.post_json("/embeddings", &json!({"input": uris, "modality": "audio"}));
+        assert_eq!(body.status, 200, "{}", body.body);
+        for (clip, v) in clips.iter().zip(embeddings(&body.json())) {
+            let d = max_diff(&v, &floats(&clip["embedding"]));
+            assert!(d < 1e-4, "{engine}, {}: differs from transformers by {d}", clip["file"]);
+        }
     }
 }
 

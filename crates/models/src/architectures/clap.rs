@@ -2,14 +2,14 @@
 //! log-mel spectrogram folded into a square image) and a RoBERTa text encoder, each followed by a
 //! two-layer projection into one shared space.
 //!
-//! Checkpoints with feature fusion (`enable_fusion`) add a second patch path for long clips; they are
-//! refused at load time rather than served wrong.
+//! Checkpoints with feature fusion (`enable_fusion`) add a second patch path (see `clap_fusion`).
 
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
 use super::bert::{self, Activation, Bert, BertConfig, Dense, Flavor};
+use super::clap_fusion::Fusion;
 use crate::batch::Batch;
 use crate::error::{weights, ModelError};
 use crate::media::audio::AudioFeatures;
@@ -55,6 +55,10 @@ pub struct AudioConfig {
     pub num_attention_heads: Vec<usize>,
     #[serde(default)]
     pub enable_fusion: bool,
+    #[serde(default)]
+    pub fusion_type: Option<String>,
+    #[serde(default = "d4usize")]
+    pub aff_block_r: usize,
     #[serde(default = "d1")]
     pub patch_embed_input_channels: usize,
     #[serde(default = "d96")]
@@ -77,6 +81,9 @@ pub struct AudioConfig {
 
 fn d1() -> usize {
     1
+}
+fn d4usize() -> usize {
+    4
 }
 fn d4() -> Pair {
     Pair::One(4)
@@ -302,18 +309,23 @@ impl SpecImage {
         Ok(SpecImage { bn_scale, bn_shift, spec_size: cfg.spec_size, freq_ratio: cfg.spec_size / m.max(1), mels: m })
     }
 
-    /// `[spec_size, spec_size]`, row-major.
-    pub fn image(&self, f: &AudioFeatures) -> Result<Vec<f32>, ModelError> {
+    /// Channel `channel` of the features as a `[spec_size, spec_size]` image, row-major.
+    pub fn image(&self, f: &AudioFeatures, channel: usize) -> Result<Vec<f32>, ModelError> {
         let width = self.spec_size * self.freq_ratio;
         let height = self.spec_size / self.freq_ratio;
-        if f.mels != self.mels || f.mels != height || f.frames > width || f.frames == 0 {
+        if f.mels != self.mels
+            || f.mels != height
+            || f.frames > width
+            || f.frames == 0
+            || channel >= f.channels
+            || f.data.len() != f.channels * f.frames * f.mels
+        {
             return Err(ModelError::Forward(format!(
-                "features of {}x{} do not fit the {width}x{height} spectrogram this model takes",
-                f.frames, f.mels
+                "features of {}x{}x{} do not fit the {width}x{height} spectrogram this model takes",
+                f.channels, f.frames, f.mels
             )));
         }
-        let normed: Vec<f32> = f
-            .data
+        let normed: Vec<f32> = f.data[channel * f.frames * f.mels..][..f.frames * f.mels]
             .chunks_exact(f.mels)
             .flat_map(|row| row.iter().enumerate().map(|(m, v)| v * self.bn_scale[m] + self.bn_shift[m]))
             .collect();
@@ -334,8 +346,10 @@ impl SpecImage {
 
 /// Checks what both backends support; returns the patch size.
 pub(crate) fn check_audio_config(cfg: &AudioConfig) -> Result<usize, ModelError> {
-    if cfg.enable_fusion {
-        return Err(ModelError::Unsupported("CLAP with feature fusion (enable_fusion)".into()));
+    // transformers builds only the AFF block, whatever fusion_type names, except that `channel_map` widens
+    // the patch convolution to four channels its forward pass never feeds.
+    if cfg.enable_fusion && cfg.fusion_type.as_deref() == Some("channel_map") {
+        return Err(ModelError::Unsupported("CLAP feature fusion of type `channel_map`".into()));
     }
     let p = cfg
         .patch_size
@@ -383,6 +397,7 @@ pub struct ClapAudio {
     spec: SpecImage,
     patch: Tensor,
     patch_bias: Tensor,
+    fusion: Option<Fusion>,
     patch_norm: Option<LayerNorm>,
     stages: Vec<Stage>,
     norm: LayerNorm,
@@ -402,6 +417,7 @@ impl ClapAudio {
         let patch = pe.pp("proj").get((d0, 1, p, p), "weight").and_then(|t| t.reshape((d0, p * p))?.t()?.contiguous());
         let patch = patch.map_err(weights)?;
         let patch_bias = pe.pp("proj").get(d0, "bias").map_err(weights)?;
+        let fusion = if cfg.enable_fusion { Some(Fusion::load(pe.clone(), cfg, p).map_err(weights)?) } else { None };
         let patch_norm = if cfg.enable_patch_layer_norm {
             Some(candle_nn::layer_norm(d0, cfg.layer_norm_eps, pe.pp("norm")).map_err(weights)?)
         } else {
@@ -433,6 +449,7 @@ impl ClapAudio {
             spec,
             patch,
             patch_bias,
+            fusion,
             patch_norm,
             stages,
             norm: candle_nn::layer_norm(last, cfg.layer_norm_eps, enc.pp("norm")).map_err(weights)?,
@@ -454,14 +471,25 @@ impl ClapAudio {
         let g = s / p;
         let b = clips.len();
         let mut data = Vec::with_capacity(b * s * s);
+        let mut crops = Vec::new();
         for c in clips {
-            data.extend(self.spec.image(c)?);
+            data.extend(self.spec.image(c, 0)?);
+            if self.fusion.is_some() {
+                crops.push(Fusion::crop_images(&self.spec, c)?);
+            }
         }
         let dev = self.patch.device().clone();
         let run = || -> candle_core::Result<Vec<Vec<f32>>> {
             let patches =
                 Tensor::from_vec(data, (b, g, p, g, p), &dev)?.permute((0, 1, 3, 2, 4))?.reshape((b * g * g, p * p))?;
             let mut x = patches.matmul(&self.patch)?.broadcast_add(&self.patch_bias)?;
+            if let Some(fusion) = &self.fusion {
+                let mut tokens = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                for (clip, [c1, c2, c3]) in tokens.chunks_exact_mut(g * g * self.dim0).zip(&crops) {
+                    fusion.fuse(clip, [c1, c2, c3]);
+                }
+                x = Tensor::from_vec(tokens, (b * g * g, self.dim0), &dev)?.to_dtype(x.dtype())?;
+            }
             if let Some(norm) = &self.patch_norm {
                 x = norm.forward(&x)?;
             }

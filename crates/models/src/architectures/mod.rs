@@ -2,4 +2,5 @@
 
 pub mod bert;
 pub mod clap;
+pub(crate) mod clap_fusion;
 pub mod clip;

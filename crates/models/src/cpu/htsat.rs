@@ -12,6 +12,7 @@ use super::{ops, Isa};
 use crate::architectures::clap::{
     check_audio_config, relative_index, shift_label, stage_window, AudioConfig, SpecImage,
 };
+use crate::architectures::clap_fusion::Fusion;
 use crate::error::{weights, ModelError};
 use crate::media::audio::AudioFeatures;
 
@@ -44,6 +45,7 @@ struct Stage {
 pub struct FastClapAudio {
     spec: SpecImage,
     patch: Dense,
+    fusion: Option<Fusion>,
     patch_norm: Option<Norm>,
     stages: Vec<Stage>,
     norm: Norm,
@@ -118,6 +120,7 @@ impl FastClapAudio {
         let w = pe.pp("proj").get((d0, 1, p, p), "weight").and_then(host).map_err(weights)?;
         let b = pe.pp("proj").get(d0, "bias").and_then(host).map_err(weights)?;
         let patch = Dense::new(&w, b, p * p, d0, false);
+        let fusion = if cfg.enable_fusion { Some(Fusion::load(pe.clone(), cfg, p).map_err(weights)?) } else { None };
         let patch_norm =
             if cfg.enable_patch_layer_norm { Some(Norm::load(pe.pp("norm"), d0).map_err(weights)?) } else { None };
         let mut stages = Vec::new();
@@ -157,6 +160,7 @@ impl FastClapAudio {
         Ok(FastClapAudio {
             spec,
             patch,
+            fusion,
             patch_norm,
             stages,
             norm: Norm::load(enc.pp("norm"), last).map_err(weights)?,
@@ -196,7 +200,7 @@ impl FastClapAudio {
         let b = clips.len();
         let mut patches = vec![0f32; b * g * g * p * p];
         for (i, clip) in clips.iter().enumerate() {
-            let image = self.spec.image(clip)?;
+            let image = self.spec.image(clip, 0)?;
             for gy in 0..g {
                 for gx in 0..g {
                     let dst = &mut patches[((i * g + gy) * g + gx) * p * p..][..p * p];
@@ -210,6 +214,12 @@ impl FastClapAudio {
         let mut x = vec![0f32; b * g * g * d0];
         let pm = MatRef { data: &patches, rows: b * g * g, cols: p * p, ld: p * p };
         self.patch.forward(pm, &mut x, d0, Epilogue::Bias(&self.patch.b));
+        if let Some(fusion) = &self.fusion {
+            for (tokens, clip) in x.chunks_exact_mut(g * g * d0).zip(clips) {
+                let [c1, c2, c3] = Fusion::crop_images(&self.spec, clip)?;
+                fusion.fuse(tokens, [&c1, &c2, &c3]);
+            }
+        }
         if let Some(norm) = &self.patch_norm {
             norm_rows(self.isa, &mut x, norm, d0, self.eps);
         }

@@ -2,9 +2,10 @@
 //! `preprocessor_config.json` (`ClapFeatureExtractor`) describes them.
 //!
 //! Where Aleph goes past transformers it says so: any sample rate is resampled to the model's
-//! (Infinity refuses other rates), channels are averaged to mono, and a clip longer than the window
-//! is cut at its centre (transformers cuts at a random offset, which makes embeddings differ from
-//! call to call).
+//! (Infinity refuses other rates), channels are averaged to mono, and where transformers draws at
+//! random Aleph takes the middle, so a clip's embedding is the same on every call: a clip longer than
+//! the window is cut at its centre (`rand_trunc`), and feature fusion's three crops are the middle
+//! offsets of their thirds (`fusion`).
 
 use std::io::Cursor;
 use std::path::Path;
@@ -82,9 +83,20 @@ enum Padding {
     Pad,
 }
 
-/// Log-mel features: `[frames][mels]`, row-major.
+/// How a clip longer than the window is brought to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Truncation {
+    /// One window of the waveform (transformers: at random; Aleph: the centre).
+    RandTrunc,
+    /// Four spectrograms for CLAP's feature fusion: the whole clip's squeezed to the window's frame count,
+    /// then three window-long crops from the front, middle and back thirds.
+    Fusion,
+}
+
+/// Log-mel features: `[channels][frames][mels]`, row-major. One channel, or four with feature fusion.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AudioFeatures {
+    pub channels: usize,
     pub frames: usize,
     pub mels: usize,
     pub data: Vec<f32>,
@@ -108,6 +120,7 @@ pub struct AudioProcessor {
     rate: u32,
     window: usize,
     padding: Padding,
+    truncation: Truncation,
     spec: MelSpec,
     limits: AudioLimits,
 }
@@ -120,12 +133,11 @@ impl AudioProcessor {
     }
 
     fn new(cfg: ExtractorConfig) -> Result<Self, String> {
-        if cfg.truncation != "rand_trunc" {
-            return Err(format!(
-                "truncation `{}` (feature fusion) is not supported; CLAP checkpoints without fusion use `rand_trunc`",
-                cfg.truncation
-            ));
-        }
+        let truncation = match cfg.truncation.as_str() {
+            "rand_trunc" => Truncation::RandTrunc,
+            "fusion" => Truncation::Fusion,
+            other => return Err(format!("unknown truncation `{other}`")),
+        };
         let padding = match cfg.padding.as_str() {
             "repeatpad" => Padding::RepeatPad,
             "repeat" => Padding::Repeat,
@@ -135,7 +147,9 @@ impl AudioProcessor {
         if cfg.hop_length == 0 || cfg.fft_window_size < 2 || cfg.sampling_rate == 0 || cfg.max_length_s == 0 {
             return Err("hop_length, fft_window_size, sampling_rate and max_length_s must be positive".into());
         }
-        // Outside fusion CLAP uses librosa's filters: Slaney scale and area normalization.
+        // Outside fusion CLAP uses librosa's filters (Slaney scale, area-normalized), with fusion
+        // torchaudio's (HTK scale, unnormalized), as the original training code did.
+        let fusion = truncation == Truncation::Fusion;
         let spec = MelSpec::new(&MelParams {
             rate: cfg.sampling_rate,
             n_fft: cfg.fft_window_size,
@@ -143,13 +157,14 @@ impl AudioProcessor {
             n_mels: cfg.feature_size,
             fmin: cfg.frequency_min,
             fmax: cfg.frequency_max,
-            scale: MelScale::Slaney,
-            slaney_norm: true,
+            scale: if fusion { MelScale::Htk } else { MelScale::Slaney },
+            slaney_norm: !fusion,
         });
         Ok(AudioProcessor {
             rate: cfg.sampling_rate,
             window: cfg.max_length_s * cfg.sampling_rate as usize,
             padding,
+            truncation,
             spec,
             limits: AudioLimits::default(),
         })
@@ -169,6 +184,11 @@ impl AudioProcessor {
         (self.spec.frames(self.window), self.spec.n_mels)
     }
 
+    /// Whether features come as the four spectrograms of feature fusion.
+    pub fn fusion(&self) -> bool {
+        self.truncation == Truncation::Fusion
+    }
+
     /// Decodes, converts to mono at the model's rate, and extracts features.
     pub fn process(&self, bytes: &[u8]) -> Result<AudioFeatures, MediaError> {
         let clip = decode(bytes, &self.limits)?;
@@ -179,6 +199,14 @@ impl AudioProcessor {
     /// Features of mono samples already at the model's rate.
     pub fn features(&self, wave: &[f64]) -> AudioFeatures {
         let n = self.window;
+        let (frames, mels) = self.output_shape();
+        if self.fusion() && wave.len() > n {
+            let whole = self.spec.log_mel(wave);
+            let total = whole.len() / mels;
+            // Longer by less than a hop, the whole clip's spectrogram is window-long: used as is.
+            let data = if total == frames { whole.repeat(4) } else { fusion_channels(&whole, total, frames, mels) };
+            return AudioFeatures { channels: 4, frames, mels, data };
+        }
         let fitted: Vec<f64> = if wave.len() > n {
             let start = (wave.len() - n) / 2;
             wave[start..start + n].to_vec()
@@ -193,9 +221,50 @@ impl AudioProcessor {
             v.resize(n, 0.0);
             v
         };
-        let (frames, mels) = self.output_shape();
-        AudioFeatures { frames, mels, data: self.spec.log_mel(&fitted) }
+        let mel = self.spec.log_mel(&fitted);
+        if self.fusion() {
+            // A clip that fits the window: its spectrogram in all four channels.
+            AudioFeatures { channels: 4, frames, mels, data: mel.repeat(4) }
+        } else {
+            AudioFeatures { channels: 1, frames, mels, data: mel }
+        }
     }
+}
+
+/// Feature fusion's four channels from the spectrogram of a clip longer than the window (`total` >
+/// `frames` rows): the whole spectrogram squeezed to `frames` rows (bilinear, as torch's `interpolate`
+/// with `align_corners=False`), then one `frames`-long crop from each third of the possible offsets.
+/// transformers draws each offset at random within its third; Aleph takes the middle one.
+fn fusion_channels(mel: &[f32], total: usize, frames: usize, mels: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(4 * frames * mels);
+    // torch computes the source row in f32: (dst + 0.5) · in / out − 0.5, clamped at 0.
+    let scale = total as f32 / frames as f32;
+    for t in 0..frames {
+        let src = ((t as f32 + 0.5) * scale - 0.5).max(0.0);
+        let lo = src as usize;
+        let hi = if lo + 1 < total { lo + 1 } else { lo };
+        let (w1, w0) = (src - lo as f32, 1.0 - (src - lo as f32));
+        let (a, b) = (&mel[lo * mels..][..mels], &mel[hi * mels..][..mels]);
+        out.extend(a.iter().zip(b).map(|(a, b)| w0 * a + w1 * b));
+    }
+    for start in crop_starts(total - frames + 1) {
+        out.extend_from_slice(&mel[start * mels..(start + frames) * mels]);
+    }
+    out
+}
+
+/// The middle offset of each third of `0..n` (numpy's `array_split` into three; an empty third falls
+/// back to offset 0, as transformers does).
+fn crop_starts(n: usize) -> [usize; 3] {
+    let (base, extra) = (n / 3, n % 3);
+    let mut starts = [0; 3];
+    let mut first = 0;
+    for (i, start) in starts.iter_mut().enumerate() {
+        let len = base + usize::from(i < extra);
+        *start = if len == 0 { 0 } else { first + len / 2 };
+        first += len;
+    }
+    starts
 }
 
 /// A decoded clip: mono samples in [-1, 1] at `rate` Hz.
@@ -277,6 +346,14 @@ fn decode_unguarded(bytes: &[u8], limits: &AudioLimits) -> Result<Clip, MediaErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fusion_crops_are_the_middles_of_numpys_three_way_split() {
+        // np.array_split(range(111), 3) → 37 + 37 + 37; range(8) → 3 + 3 + 2; range(2) → 1 + 1 + 0.
+        assert_eq!(crop_starts(111), [18, 55, 92]);
+        assert_eq!(crop_starts(8), [1, 4, 7]);
+        assert_eq!(crop_starts(2), [0, 1, 0]);
+    }
 
     #[test]
     fn a_wav_with_a_zero_sample_rate_is_an_error_not_a_panic() {
