@@ -29,6 +29,8 @@ impl Encoded {
 pub struct TextTokenizer {
     kind: Kind,
     window: usize,
+    /// Text around every input, tokenized with it instead of the tokenizer's special-token template.
+    template: Option<(String, String)>,
 }
 
 #[derive(Clone)]
@@ -59,16 +61,35 @@ impl TextTokenizer {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-        Ok(TextTokenizer { kind: Kind::HuggingFace(Box::new(inner)), window })
+        Ok(TextTokenizer { kind: Kind::HuggingFace(Box::new(inner)), window, template: None })
     }
 
     /// A byte tokenizer needing no files (ids 3..=258 are bytes, 1 and 2 frame the sequence).
     pub fn bytes(window: usize) -> Self {
-        TextTokenizer { kind: Kind::Bytes, window: window.max(2) }
+        TextTokenizer { kind: Kind::Bytes, window: window.max(2), template: None }
     }
 
     pub fn window(&self) -> usize {
         self.window
+    }
+
+    /// Wraps every text as `prefix + text + suffix` (special tokens written out, e.g. `<bos>`) and adds no
+    /// special tokens of its own: a model's prompt format (ColPali's queries).
+    pub fn with_template(mut self, prefix: String, suffix: String) -> Self {
+        self.template = Some((prefix, suffix));
+        self
+    }
+
+    /// Tokenizes `text` as written, without special tokens or template (special tokens written out in the
+    /// text, such as `<bos>`, still become their ids).
+    pub fn encode_raw(&self, text: &str) -> Result<Encoded, ModelError> {
+        match &self.kind {
+            Kind::HuggingFace(tok) => {
+                let enc = tok.encode_fast(text, false).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+                Ok(Encoded { ids: enc.get_ids().to_vec(), type_ids: enc.get_type_ids().to_vec() })
+            }
+            Kind::Bytes => self.encode(text),
+        }
     }
 
     /// Tokenizes a (query, document) pair with the tokenizer's pair template; when the two pass the
@@ -88,6 +109,9 @@ impl TextTokenizer {
 
     /// Tokenizes one text with the model's special tokens, truncated to the window.
     pub fn encode(&self, text: &str) -> Result<Encoded, ModelError> {
+        if let Some((prefix, suffix)) = &self.template {
+            return self.encode_raw(&format!("{prefix}{text}{suffix}"));
+        }
         match &self.kind {
             Kind::HuggingFace(tok) => {
                 let enc = tok.encode_fast(text, true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;

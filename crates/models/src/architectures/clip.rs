@@ -100,8 +100,8 @@ impl Layer {
     }
 }
 
-/// A stack of layers with its attention geometry.
-struct Transformer {
+/// A stack of layers with its attention geometry (SigLIP's towers share the layout).
+pub(crate) struct Transformer {
     layers: Vec<Layer>,
     act: Activation,
     heads: usize,
@@ -109,7 +109,7 @@ struct Transformer {
 }
 
 impl Transformer {
-    fn load(vb: VarBuilder, cfg: &TowerConfig) -> Result<Self, ModelError> {
+    pub(crate) fn load(vb: VarBuilder, cfg: &TowerConfig) -> Result<Self, ModelError> {
         if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
             return Err(ModelError::Unsupported(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
@@ -125,7 +125,13 @@ impl Transformer {
     }
 
     /// `x`: `[b * n, hidden]`; `bias`: an additive attention bias broadcastable to `[b, heads, n, n]`.
-    fn forward(&self, mut x: Tensor, b: usize, n: usize, bias: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    pub(crate) fn forward(
+        &self,
+        mut x: Tensor,
+        b: usize,
+        n: usize,
+        bias: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
         let (h, nh) = (self.hidden, self.heads);
         let hd = h / nh;
         for layer in &self.layers {

@@ -4,3 +4,6 @@ pub mod bert;
 pub mod clap;
 pub(crate) mod clap_fusion;
 pub mod clip;
+pub mod colpali;
+pub mod gemma;
+pub mod siglip;

@@ -125,12 +125,19 @@ pub struct ImageProcessor {
 
 impl ImageProcessor {
     /// Reads `preprocessor_config.json` in `dir`.
+    /// Reads `preprocessor_config.json`, or the `image_processor` section of `processor_config.json`
+    /// (where transformers 5 saves it).
     pub fn from_dir(dir: &Path) -> Result<Self, ModelError> {
         let path = dir.join("preprocessor_config.json");
-        if !path.exists() {
-            return Err(ModelError::MissingFile(path));
-        }
-        let cfg: ProcessorConfig = read_json(&path)?;
+        let combined = dir.join("processor_config.json");
+        let cfg: ProcessorConfig = if path.exists() || !combined.exists() {
+            read_json(&path)?
+        } else {
+            let all: serde_json::Value = read_json(&combined)?;
+            let section = all.get("image_processor").cloned().ok_or_else(|| ModelError::MissingFile(path.clone()))?;
+            serde_json::from_value(section)
+                .map_err(|e| ModelError::BadFile { path: combined.clone(), reason: e.to_string() })?
+        };
         Self::new(cfg).map_err(|reason| ModelError::BadFile { path, reason })
     }
 

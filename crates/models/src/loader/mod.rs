@@ -1,5 +1,7 @@
 //! From a model folder to a runnable model: config dispatch, weights, tokenizer, pooling.
 
+mod colpali;
+
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -185,12 +187,13 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     match arch.model_type.as_str() {
         "clip" => return load_clip(dir, &arch, opts),
         "clap" => return load_clap(dir, &arch, opts),
+        "colpali" => return colpali::load_colpali(dir, &arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip, clap",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip, clap, colpali",
             arch.model_type, arch.architectures
         ))),
     }

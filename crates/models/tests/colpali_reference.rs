@@ -1,0 +1,78 @@
+//! ColPali against transformers: the tiny seeded `ColPaliForRetrieval` from scripts/make_tiny_colpali.py,
+//! with the token ids, pixel values and per-token vectors transformers computed for test pages and queries.
+
+use aleph_models::{load, Batch, LoadOptions, Pixels};
+
+mod common;
+use common::{fixtures, floats, max_diff, reference};
+
+/// Row-major `[tokens × dim]` from the reference's list of vectors.
+fn rows(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().flat_map(floats).collect()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+#[test]
+fn page_vectors_match_transformers() {
+    let loaded = load(&fixtures().join("colpali"), &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.info.capabilities(), vec!["embed", "rerank", "image_embed"]);
+    let dim = loaded.info.dim;
+    let r = reference("colpali");
+    let image_token = r["image_token_id"].as_u64().unwrap() as u32;
+    let processor = loaded.images.as_ref().unwrap();
+    let (side, _) = processor.output_size();
+    for page in r["images"].as_array().unwrap() {
+        let file = page["file"].as_str().unwrap();
+        let want = rows(&page["embeddings"]);
+        // The sequence: one image token per patch, then the page prompt.
+        let input = ids(&page["input_ids"]);
+        let patches = input.iter().filter(|&&i| i == image_token).count();
+        assert_eq!(loaded.info.image_cost, input.len(), "{file}: sequence length");
+        let prompt = loaded.tokenizer.encode_raw("<bos>Describe the image.\n").unwrap().ids;
+        assert_eq!(&input[patches..], &prompt[..], "{file}: page prompt ids");
+
+        // The model alone, from transformers' pixels.
+        let pixels = Pixels { height: side, width: side, data: floats(&page["pixel_values"]) };
+        let out = loaded.model.forward_images(std::slice::from_ref(&pixels)).unwrap();
+        assert_eq!(out.vectors[0].len(), input.len() * dim);
+        let d = max_diff(&out.vectors[0], &want);
+        assert!(d < 1e-4, "{file}: vectors from transformers' pixels differ by {d}");
+
+        // Aleph's preprocessing, end to end. The JPEG decoder (zune-jpeg) differs from Pillow's libjpeg-turbo by
+        // up to two levels on a few pixels (see clip_reference.rs), which the bicubic resize's negative lobes
+        // can stretch to three (measured: 3/255, over the normalization's std of 0.5). The resize itself is
+        // held to Pillow's exact output by clip_reference.rs; the model to 1e-4 above, from transformers' pixels.
+        let bytes = std::fs::read(fixtures().join("media").join(file)).unwrap();
+        let ours = processor.process(&bytes).unwrap();
+        let lossy = file.ends_with(".jpg");
+        let d = max_diff(&ours.data, &pixels.data);
+        assert!(d < if lossy { 3.0 / 255.0 / 0.5 + 1e-4 } else { 1e-4 }, "{file}: pixel values differ by {d}");
+        if !lossy {
+            let out = loaded.model.forward_images(std::slice::from_ref(&ours)).unwrap();
+            let d = max_diff(&out.vectors[0], &want);
+            assert!(d < 1e-4, "{file}: vectors differ by {d}");
+        }
+    }
+}
+
+#[test]
+fn query_ids_and_vectors_match_transformers() {
+    let loaded = load(&fixtures().join("colpali"), &LoadOptions::default()).unwrap();
+    let r = reference("colpali");
+    let queries = r["queries"].as_array().unwrap();
+    let mut batch = Batch::new();
+    for q in queries {
+        let enc = loaded.tokenizer.encode(q["text"].as_str().unwrap()).unwrap();
+        assert_eq!(enc.ids, ids(&q["input_ids"]), "ids of {:?}", q["text"]);
+        batch.push(&enc.ids, &enc.type_ids);
+    }
+    // All queries in one batch: each is computed as if alone.
+    let out = loaded.model.forward(&batch).unwrap();
+    for (q, got) in queries.iter().zip(&out.vectors) {
+        let d = max_diff(got, &rows(&q["embeddings"]));
+        assert!(d < 1e-4, "{:?}: vectors differ by {d}", q["text"]);
+    }
+}
