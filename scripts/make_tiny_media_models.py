@@ -320,13 +320,64 @@ def clap_fused(out, media_dir, clips):
     }))
 
 
+def siglip(out, media_dir, media):
+    """A SigLIP (`SiglipModel`): vision tower with attention-pooling head, bidirectional text tower pooled at
+    its last position. Texts are padded to the full 64 positions without an attention mask, as SigLIP was
+    trained and as its model card prescribes (`padding="max_length"`; the tokenizer returns no mask).
+    The tokenizer is a small BPE in Gemma's layout, as SigLIP 2's fixed-resolution checkpoints ship."""
+    from PIL import Image
+    from transformers import SiglipConfig, SiglipModel
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_tiny_colpali import gemma_like_tokenizer
+    from make_tiny_models import sentences
+
+    torch.manual_seed(SEED + 11)
+    tok = gemma_like_tokenizer(sentences())
+    tok.model_input_names = ["input_ids"]
+    tok.model_max_length = 64
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=64, hidden_act="gelu_pytorch_tanh",
+                pad_token_id=tok.pad_token_id, projection_size=32)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  image_size=32, patch_size=8, hidden_act="gelu_pytorch_tanh")
+    model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).eval()
+    proc = SiglipImageProcessorPil(size={"height": 32, "width": 32}, resample=3, image_mean=[0.5] * 3,
+                                   image_std=[0.5] * 3)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    proc.save_pretrained(out)
+
+    images = []
+    for name, mime in media.items():
+        data = (media_dir / name).read_bytes()
+        pixels = proc(images=[Image.open(io.BytesIO(data))], return_tensors="pt")["pixel_values"]
+        with torch.no_grad():
+            emb = model.get_image_features(pixel_values=pixels).pooler_output
+        images.append({"file": name, "pixel_values": pixels[0].flatten().tolist(), "embedding": emb[0].tolist()})
+    texts = []
+    for t in TEXTS:
+        enc = tok([t], padding="max_length", max_length=64, truncation=True, return_tensors="pt")
+        assert "attention_mask" not in enc
+        with torch.no_grad():
+            emb = model.get_text_features(**enc).pooler_output
+        texts.append({"text": t, "input_ids": enc["input_ids"][0].tolist(), "embedding": emb[0].tolist()})
+    (out / "reference.json").write_text(json.dumps({
+        "note": "embeddings are transformers' get_*_features outputs, before L2 normalization; texts padded "
+                "to 64 positions without an attention mask",
+        "images": images, "texts": texts,
+    }))
+
+
+IMAGE_FILES = ["wide.png", "tall.jpg", "small-gray.png", "alpha.png"]
 AUDIO_FILES = ["chirp-48k.wav", "chirp-48k.flac", "long-stereo-48k.wav", "speech-16k.wav"]
 
 
 def main():
     """Arguments: the output folder, the open-clip-torch wheel, then the parts to make (default: all)."""
     root, wheel = Path(sys.argv[1]), Path(sys.argv[2])
-    parts = sys.argv[3:] or ["clip", "clap", "clap-fused"]
+    parts = sys.argv[3:] or ["clip", "clap", "clap-fused", "siglip"]
     media_dir = root / "media"
     media_dir.mkdir(parents=True, exist_ok=True)
     if "clip" in parts:
@@ -344,6 +395,11 @@ def main():
         d = root / "clap-fused"
         d.mkdir(parents=True, exist_ok=True)
         clap_fused(d, media_dir, [f for f in AUDIO_FILES if f != "chirp-48k.flac"])
+    if "siglip" in parts:
+        d = root / "siglip"
+        d.mkdir(parents=True, exist_ok=True)
+        media = {f: "image/jpeg" if f.endswith(".jpg") else "image/png" for f in IMAGE_FILES}
+        siglip(d, media_dir, media)
     print("wrote", ", ".join(parts), "under", root)
 
 

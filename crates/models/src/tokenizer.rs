@@ -24,6 +24,39 @@ impl Encoded {
     }
 }
 
+/// Special tokens `tokenizer_config.json` names (as strings or `AddedToken` objects).
+#[derive(Debug, Default)]
+pub struct SpecialTokens {
+    pub bos_token: Option<String>,
+    pub pad_token: Option<String>,
+}
+
+impl SpecialTokens {
+    /// Reads `dir/tokenizer_config.json`; none named when the file is absent.
+    pub fn read(dir: &Path) -> Result<Self, ModelError> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Name {
+            Plain(String),
+            Added { content: String },
+        }
+        #[derive(serde::Deserialize)]
+        struct File {
+            bos_token: Option<Name>,
+            pad_token: Option<Name>,
+        }
+        let path = dir.join("tokenizer_config.json");
+        if !path.exists() {
+            return Ok(SpecialTokens::default());
+        }
+        let file: File = crate::error::read_json(&path)?;
+        let text = |n: Name| match n {
+            Name::Plain(s) | Name::Added { content: s } => s,
+        };
+        Ok(SpecialTokens { bos_token: file.bos_token.map(text), pad_token: file.pad_token.map(text) })
+    }
+}
+
 /// A tokenizer that truncates to the model's window. Cheap to share: all methods take `&self`.
 #[derive(Clone)]
 pub struct TextTokenizer {
@@ -78,6 +111,14 @@ impl TextTokenizer {
     pub fn with_template(mut self, prefix: String, suffix: String) -> Self {
         self.template = Some((prefix, suffix));
         self
+    }
+
+    /// The id of a token in the vocabulary (special tokens included).
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        match &self.kind {
+            Kind::HuggingFace(tok) => tok.token_to_id(token),
+            Kind::Bytes => None,
+        }
     }
 
     /// Tokenizes `text` as written, without special tokens or template (special tokens written out in the

@@ -11,7 +11,7 @@ use crate::batch::{Batch, Output};
 use crate::error::{read_json, ModelError};
 use crate::media::image::{ImageProcessor, Pixels};
 use crate::pooling::Pooling;
-use crate::tokenizer::TextTokenizer;
+use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
 /// `processor_config.json` of `ColPaliProcessor` (transformers' defaults where absent).
 #[derive(Debug, Deserialize)]
@@ -29,28 +29,6 @@ fn describe() -> String {
     "Describe the image.".into()
 }
 
-/// A special token in `tokenizer_config.json`: a string, or an `AddedToken` object.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum TokenName {
-    Plain(String),
-    Added { content: String },
-}
-
-impl TokenName {
-    fn text(self) -> String {
-        match self {
-            TokenName::Plain(s) | TokenName::Added { content: s } => s,
-        }
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct SpecialTokens {
-    bos_token: Option<TokenName>,
-    pad_token: Option<TokenName>,
-}
-
 /// How many padding tokens ColPali appends to a query (its "query augmentation").
 const QUERY_AUGMENTATION: usize = 10;
 
@@ -65,11 +43,9 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     } else {
         serde_json::from_str("{}").map_err(|e| ModelError::BadFile { path: processor_path, reason: e.to_string() })?
     };
-    let tokenizer_config = dir.join("tokenizer_config.json");
-    let special: SpecialTokens =
-        if tokenizer_config.exists() { read_json(&tokenizer_config)? } else { SpecialTokens::default() };
-    let bos = special.bos_token.map_or_else(|| "<bos>".to_string(), TokenName::text);
-    let pad = special.pad_token.map_or_else(|| "<pad>".to_string(), TokenName::text);
+    let special = SpecialTokens::read(dir)?;
+    let bos = special.bos_token.unwrap_or_else(|| "<bos>".into());
+    let pad = special.pad_token.unwrap_or_else(|| "<pad>".into());
 
     let window = cfg.vlm_config.text_config.max_position_embeddings;
     let base = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;

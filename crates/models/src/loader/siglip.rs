@@ -1,0 +1,81 @@
+//! Loading a SigLIP checkpoint (`SiglipModel`): both towers, the padding token texts are filled with,
+//! and the image preprocessing.
+
+use std::path::Path;
+
+use super::{file_bytes, normalized, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+use crate::architectures::siglip::{Siglip, SiglipConfig};
+use crate::batch::{Batch, Output};
+use crate::error::{read_json, ModelError};
+use crate::media::image::{ImageProcessor, Pixels};
+use crate::pooling::Pooling;
+use crate::tokenizer::{SpecialTokens, TextTokenizer};
+
+pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    if opts.dtype == DType::Int8 {
+        return Err(ModelError::InvalidOption("--dtype int8 is available for BERT-family encoders only".into()));
+    }
+    let cfg: SiglipConfig = read_json(&dir.join("config.json"))?;
+    let window = cfg.text_config.max_position_embeddings;
+    let tokenizer_file = dir.join("tokenizer.json");
+    if !tokenizer_file.exists() {
+        // The first SigLIP checkpoints ship only a SentencePiece model (spiece.model).
+        return Err(ModelError::Unsupported(
+            "a SigLIP checkpoint without tokenizer.json (only SentencePiece's spiece.model)".into(),
+        ));
+    }
+    let tokenizer = TextTokenizer::from_file(&tokenizer_file, window)?;
+    // Texts are padded with the tokenizer's padding token, as `padding="max_length"` does.
+    let pad = SpecialTokens::read(dir)?
+        .pad_token
+        .and_then(|t| tokenizer.token_id(&t))
+        .unwrap_or(cfg.text_config.pad_token_id);
+    let device = opts.device.candle()?;
+    let vb = var_builder(dir, &device)?;
+    // No Aleph CPU kernels for this architecture yet: candle computes on every device.
+    let model = Siglip::load(vb, &cfg, pad)?;
+    let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
+    let side = model.vision.image_size();
+    if images.output_size() != (side, side) {
+        return Err(ModelError::Unsupported(format!(
+            "the image processor makes {:?} images; the vision tower takes {side}x{side}",
+            images.output_size()
+        )));
+    }
+    let info = ModelInfo {
+        task: Task::Embed,
+        backend: "candle",
+        architecture: arch.architectures.first().cloned().unwrap_or_else(|| "SiglipModel".into()),
+        dim: model.dim,
+        window,
+        // Every text runs padded to the whole window.
+        pads: true,
+        // The text tower reads its last position; images are pooled by the attention probe.
+        pooling: Pooling::LastToken,
+        normalize: true,
+        weight_bytes: file_bytes(dir)?,
+        image_input: true,
+        image_cost: model.vision.tokens_per_image(),
+        audio_input: false,
+        audio_cost: 0,
+    };
+    Ok(LoadedModel { model: Box::new(SiglipModel(model)), tokenizer, images: Some(images), audio: None, info })
+}
+
+struct SiglipModel(Siglip);
+
+impl Model for SiglipModel {
+    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
+        if batch.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: normalized(self.0.text.forward(batch)?) })
+    }
+
+    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
+        if images.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: normalized(self.0.forward_images(images)?) })
+    }
+}

@@ -1,0 +1,61 @@
+//! SigLIP against transformers: the tiny seeded `SiglipModel` from scripts/make_tiny_media_models.py, with
+//! the pixel values, token ids and pooled embeddings transformers computed for the test images and texts.
+
+use aleph_models::{load, Batch, LoadOptions, Pixels};
+
+mod common;
+use common::{fixtures, floats, max_diff, reference};
+
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+#[test]
+fn images_match_transformers() {
+    let loaded = load(&fixtures().join("siglip"), &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.info.capabilities(), vec!["embed", "image_embed"]);
+    let processor = loaded.images.as_ref().unwrap();
+    let (side, _) = processor.output_size();
+    for img in reference("siglip")["images"].as_array().unwrap() {
+        let file = img["file"].as_str().unwrap();
+        let want = normalized(floats(&img["embedding"]));
+        // The towers alone, from transformers' pixels.
+        let pixels = Pixels { height: side, width: side, data: floats(&img["pixel_values"]) };
+        let out = loaded.model.forward_images(std::slice::from_ref(&pixels)).unwrap();
+        let d = max_diff(&out.vectors[0], &want);
+        assert!(d < 1e-4, "{file}: embedding from transformers' pixels differs by {d}");
+        // Aleph's preprocessing (bicubic to 32×32, no crop, mean and std 0.5): lossless files exactly; the
+        // JPEG within the decoders' rounding, stretched by the bicubic lobes (see colpali_reference.rs).
+        let ours = processor.process(&std::fs::read(fixtures().join("media").join(file)).unwrap()).unwrap();
+        let lossy = file.ends_with(".jpg");
+        let d = max_diff(&ours.data, &pixels.data);
+        assert!(d < if lossy { 3.0 / 255.0 / 0.5 + 1e-4 } else { 1e-4 }, "{file}: pixel values differ by {d}");
+        if !lossy {
+            let out = loaded.model.forward_images(std::slice::from_ref(&ours)).unwrap();
+            let d = max_diff(&out.vectors[0], &want);
+            assert!(d < 1e-4, "{file}: embedding differs by {d}");
+        }
+    }
+}
+
+#[test]
+fn texts_match_transformers_padded_to_the_window() {
+    let loaded = load(&fixtures().join("siglip"), &LoadOptions::default()).unwrap();
+    let texts = reference("siglip")["texts"].as_array().unwrap().clone();
+    let mut batch = Batch::new();
+    for t in &texts {
+        let enc = loaded.tokenizer.encode(t["text"].as_str().unwrap()).unwrap();
+        // transformers' ids are padded to the window with the padding token (0 here); Aleph pads inside.
+        let want: Vec<u32> = t["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        assert_eq!(&want[..enc.ids.len()], &enc.ids[..], "ids of {:?}", t["text"]);
+        assert!(want[enc.ids.len()..].iter().all(|&i| i == 0), "padding of {:?}", t["text"]);
+        batch.push(&enc.ids, &enc.type_ids);
+    }
+    let out = loaded.model.forward(&batch).unwrap();
+    for (t, got) in texts.iter().zip(&out.vectors) {
+        let d = max_diff(got, &normalized(floats(&t["embedding"])));
+        assert!(d < 1e-4, "{:?}: embedding differs by {d}", t["text"]);
+    }
+}
