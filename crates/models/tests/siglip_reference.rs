@@ -1,10 +1,10 @@
 //! SigLIP against transformers: the tiny seeded `SiglipModel` from scripts/make_tiny_media_models.py, with
 //! the pixel values, token ids and pooled embeddings transformers computed for the test images and texts.
 
-use aleph_models::{load, Batch, LoadOptions, Pixels};
+use aleph_models::{load, Backend, Batch, LoadOptions, Pixels};
 
 mod common;
-use common::{fixtures, floats, max_diff, reference};
+use common::{backends, fixtures, floats, max_diff, reference};
 
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -14,7 +14,14 @@ fn normalized(mut v: Vec<f32>) -> Vec<f32> {
 
 #[test]
 fn images_match_transformers() {
-    let loaded = load(&fixtures().join("siglip"), &LoadOptions::default()).unwrap();
+    for (backend, name) in backends() {
+        check_images(backend, name);
+    }
+}
+
+fn check_images(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("siglip"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend, name);
     assert_eq!(loaded.info.capabilities(), vec!["embed", "image_embed"]);
     let processor = loaded.images.as_ref().unwrap();
     let (side, _) = processor.output_size();
@@ -25,7 +32,7 @@ fn images_match_transformers() {
         let pixels = Pixels { height: side, width: side, data: floats(&img["pixel_values"]) };
         let out = loaded.model.forward_images(std::slice::from_ref(&pixels)).unwrap();
         let d = max_diff(&out.vectors[0], &want);
-        assert!(d < 1e-4, "{file}: embedding from transformers' pixels differs by {d}");
+        assert!(d < 1e-4, "{name}, {file}: embedding from transformers' pixels differs by {d}");
         // Aleph's preprocessing (bicubic to 32×32, no crop, mean and std 0.5): lossless files exactly; the
         // JPEG within the decoders' rounding, stretched by the bicubic lobes (see colpali_reference.rs).
         let ours = processor.process(&std::fs::read(fixtures().join("media").join(file)).unwrap()).unwrap();
@@ -35,14 +42,21 @@ fn images_match_transformers() {
         if !lossy {
             let out = loaded.model.forward_images(std::slice::from_ref(&ours)).unwrap();
             let d = max_diff(&out.vectors[0], &want);
-            assert!(d < 1e-4, "{file}: embedding differs by {d}");
+            assert!(d < 1e-4, "{name}, {file}: embedding differs by {d}");
         }
     }
 }
 
 #[test]
 fn texts_match_transformers_padded_to_the_window() {
-    let loaded = load(&fixtures().join("siglip"), &LoadOptions::default()).unwrap();
+    for (backend, name) in backends() {
+        check_texts(backend, name);
+    }
+}
+
+fn check_texts(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("siglip"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend, name);
     let texts = reference("siglip")["texts"].as_array().unwrap().clone();
     let mut batch = Batch::new();
     for t in &texts {
@@ -56,6 +70,6 @@ fn texts_match_transformers_padded_to_the_window() {
     let out = loaded.model.forward(&batch).unwrap();
     for (t, got) in texts.iter().zip(&out.vectors) {
         let d = max_diff(got, &normalized(floats(&t["embedding"])));
-        assert!(d < 1e-4, "{:?}: embedding differs by {d}", t["text"]);
+        assert!(d < 1e-4, "{name}, {:?}: embedding differs by {d}", t["text"]);
     }
 }

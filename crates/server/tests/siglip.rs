@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::media::{file_uri, max_diff};
+use common::media::{file_uri, max_diff, OTHER_PATHS};
 use common::{floats, repo_root, Server};
 use serde_json::{json, Value};
 
@@ -50,4 +50,22 @@ fn images_and_texts_match_transformers_beside_a_clip_model() {
     // The deprecated route routes by model too.
     let old = s.post_json("/embeddings_image", &json!({"model": "siglip", "input": uris[0]}));
     assert_eq!(old.status, 200, "{}", old.body);
+}
+
+#[test]
+fn every_kernel_set_and_the_candle_path_agree_with_transformers() {
+    let (dir, r) = fixture("siglip");
+    let (img, text) = (&r["images"][0], &r["texts"][1]);
+    for (flags, env) in OTHER_PATHS {
+        let mut args = vec!["--model-id", dir.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        let body =
+            s.post_json("/embeddings", &json!({"input": file_uri(img["file"].as_str().unwrap()), "modality": "image"}));
+        let d = max_diff(&floats(&body.json()["data"][0]["embedding"]), &unit(floats(&img["embedding"])));
+        assert!(d < 1e-4, "{flags:?} {env:?}: image differs by {d}");
+        let body = s.post_json("/embeddings", &json!({"input": text["text"]}));
+        let d = max_diff(&floats(&body.json()["data"][0]["embedding"]), &unit(floats(&text["embedding"])));
+        assert!(d < 1e-4, "{flags:?} {env:?}: text differs by {d}");
+    }
 }

@@ -108,7 +108,7 @@ fn eps() -> f64 {
 }
 
 impl SiglipVisionConfig {
-    fn tower(&self) -> TowerConfig {
+    pub(crate) fn tower(&self) -> TowerConfig {
         TowerConfig {
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
@@ -121,7 +121,7 @@ impl SiglipVisionConfig {
 }
 
 impl SiglipTextConfig {
-    fn tower(&self) -> TowerConfig {
+    pub(crate) fn tower(&self) -> TowerConfig {
         TowerConfig {
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,

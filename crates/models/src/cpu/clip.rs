@@ -21,19 +21,19 @@ struct Layer {
     fc2: Dense,
 }
 
-/// A stack of pre-norm layers: `x += attn(ln1(x)); x += mlp(ln2(x))`.
-struct PreNorm {
+/// A stack of pre-norm layers: `x += attn(ln1(x)); x += mlp(ln2(x))` (SigLIP's towers share it).
+pub(crate) struct PreNorm {
     layers: Vec<Layer>,
     act: Act,
-    hidden: usize,
+    pub hidden: usize,
     heads: usize,
     inter: usize,
-    eps: f32,
-    isa: Isa,
+    pub eps: f32,
+    pub isa: Isa,
 }
 
 impl PreNorm {
-    fn load(vb: VarBuilder, cfg: &TowerConfig) -> Result<Self, ModelError> {
+    pub(crate) fn load(vb: VarBuilder, cfg: &TowerConfig) -> Result<Self, ModelError> {
         let act = Act::parse(&cfg.hidden_act)?;
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
@@ -72,7 +72,7 @@ impl PreNorm {
     }
 
     /// `x`: `[tokens, hidden]`, sequences packed as `cu_seqlens` says.
-    fn forward(&self, x: &mut [f32], cu_seqlens: &[usize], causal: bool) {
+    pub(crate) fn forward(&self, x: &mut [f32], cu_seqlens: &[usize], causal: bool) {
         let (h, t) = (self.hidden, x.len() / self.hidden);
         let mut normed = vec![0f32; t * h];
         let mut qkv = vec![0f32; t * 3 * h];
@@ -97,7 +97,7 @@ impl PreNorm {
         }
     }
 
-    fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         let norm = |n: &Norm| 4 * (n.gamma.len() + n.beta.len());
         self.layers
             .iter()
@@ -238,28 +238,8 @@ impl FastClipVision {
         let g = s / p;
         let n = g * g + 1;
         let b = images.len();
-        // Patches flattened as the convolution kernel is laid out: [channel][row][col].
         let k = c * p * p;
-        let mut patches = vec![0f32; b * g * g * k];
-        for (i, img) in images.iter().enumerate() {
-            if (img.height, img.width) != (s, s) || img.data.len() != c * s * s {
-                return Err(ModelError::Forward(format!(
-                    "expected {c}x{s}x{s} pixels, got {}x{}",
-                    img.height, img.width
-                )));
-            }
-            for gy in 0..g {
-                for gx in 0..g {
-                    let dst = &mut patches[((i * g + gy) * g + gx) * k..][..k];
-                    for ch in 0..c {
-                        for py in 0..p {
-                            let src = &img.data[(ch * s + gy * p + py) * s + gx * p..][..p];
-                            dst[(ch * p + py) * p..][..p].copy_from_slice(src);
-                        }
-                    }
-                }
-            }
-        }
+        let patches = flatten_patches(images, s, p, c)?;
         // Row 0 of each image is the class token; rows 1.. its patches.
         let mut x = vec![0f32; b * n * h];
         let mut embedded = vec![0f32; b * g * g * h];
@@ -282,6 +262,31 @@ impl FastClipVision {
         let cls: Vec<f32> = (0..b).flat_map(|i| x[i * n * h..i * n * h + h].iter().copied()).collect();
         Ok(finish(isa, cls, &self.post_norm, &self.projection, h, self.encoder.eps))
     }
+}
+
+/// Each image's `(s/p)²` patches as rows, flattened as the convolution kernel is laid out:
+/// `[channel][row][col]`.
+pub(crate) fn flatten_patches(images: &[Pixels], s: usize, p: usize, c: usize) -> Result<Vec<f32>, ModelError> {
+    let g = s / p;
+    let k = c * p * p;
+    let mut patches = vec![0f32; images.len() * g * g * k];
+    for (i, img) in images.iter().enumerate() {
+        if (img.height, img.width) != (s, s) || img.data.len() != c * s * s {
+            return Err(ModelError::Forward(format!("expected {c}x{s}x{s} pixels, got {}x{}", img.height, img.width)));
+        }
+        for gy in 0..g {
+            for gx in 0..g {
+                let dst = &mut patches[((i * g + gy) * g + gx) * k..][..k];
+                for ch in 0..c {
+                    for py in 0..p {
+                        let src = &img.data[(ch * s + gy * p + py) * s + gx * p..][..p];
+                        dst[(ch * p + py) * p..][..p].copy_from_slice(src);
+                    }
+                }
+            }
+        }
+    }
+    Ok(patches)
 }
 
 /// Both towers on the CPU path.

@@ -13,6 +13,7 @@ pub mod htsat;
 pub(crate) mod layers;
 pub mod ops;
 pub mod qgemm;
+pub mod siglip;
 
 use std::sync::OnceLock;
 

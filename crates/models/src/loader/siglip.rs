@@ -3,9 +3,12 @@
 
 use std::path::Path;
 
-use super::{file_bytes, normalized, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+use super::{
+    file_bytes, normalized, var_builder, ArchConfig, Backend, DType, LoadOptions, LoadedModel, Model, ModelInfo, Task,
+};
 use crate::architectures::siglip::{Siglip, SiglipConfig};
 use crate::batch::{Batch, Output};
+use crate::cpu::siglip::FastSiglip;
 use crate::error::{read_json, ModelError};
 use crate::media::image::{ImageProcessor, Pixels};
 use crate::pooling::Pooling;
@@ -32,10 +35,16 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         .unwrap_or(cfg.text_config.pad_token_id);
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    // No Aleph CPU kernels for this architecture yet: candle computes on every device.
-    let model = Siglip::load(vb, &cfg, pad)?;
+    // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
+    let towers = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
+        Backend::Auto => Towers::Cpu(Box::new(FastSiglip::load(vb, &cfg, pad)?)),
+        Backend::Candle => Towers::Candle(Box::new(Siglip::load(vb, &cfg, pad)?)),
+    };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
-    let side = model.vision.image_size();
+    let (side, image_cost, dim) = match &towers {
+        Towers::Cpu(m) => (m.vision.image_size(), m.vision.tokens_per_image(), m.dim()),
+        Towers::Candle(m) => (m.vision.image_size(), m.vision.tokens_per_image(), m.dim),
+    };
     if images.output_size() != (side, side) {
         return Err(ModelError::Unsupported(format!(
             "the image processor makes {:?} images; the vision tower takes {side}x{side}",
@@ -44,38 +53,61 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     }
     let info = ModelInfo {
         task: Task::Embed,
-        backend: "candle",
+        backend: towers.name(),
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "SiglipModel".into()),
-        dim: model.dim,
+        dim,
         window,
         // Every text runs padded to the whole window.
         pads: true,
         // The text tower reads its last position; images are pooled by the attention probe.
         pooling: Pooling::LastToken,
         normalize: true,
-        weight_bytes: file_bytes(dir)?,
+        weight_bytes: match &towers {
+            Towers::Cpu(m) => m.weight_bytes(),
+            Towers::Candle(_) => file_bytes(dir)?,
+        },
         image_input: true,
-        image_cost: model.vision.tokens_per_image(),
+        image_cost,
         audio_input: false,
         audio_cost: 0,
     };
-    Ok(LoadedModel { model: Box::new(SiglipModel(model)), tokenizer, images: Some(images), audio: None, info })
+    Ok(LoadedModel { model: Box::new(towers), tokenizer, images: Some(images), audio: None, info })
 }
 
-struct SiglipModel(Siglip);
+enum Towers {
+    Cpu(Box<FastSiglip>),
+    Candle(Box<Siglip>),
+}
 
-impl Model for SiglipModel {
+impl Towers {
+    fn name(&self) -> &'static str {
+        match self {
+            Towers::Cpu(_) => "aleph-cpu",
+            Towers::Candle(_) => "candle",
+        }
+    }
+}
+
+impl Model for Towers {
     fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
         if batch.is_empty() {
             return Ok(Output::default());
         }
-        Ok(Output { vectors: normalized(self.0.text.forward(batch)?) })
+        let vectors = match self {
+            Towers::Cpu(m) => m.text.forward(batch)?,
+            Towers::Candle(m) => m.text.forward(batch)?,
+        };
+        Ok(Output { vectors: normalized(vectors) })
     }
 
     fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
         if images.is_empty() {
             return Ok(Output::default());
         }
-        Ok(Output { vectors: normalized(self.0.forward_images(images)?) })
+        let vectors = match self {
+            Towers::Cpu(m) => m.vision.forward(images)?,
+            Towers::Candle(m) => m.forward_images(images)?,
+        };
+        Ok(Output { vectors: normalized(vectors) })
     }
 }
