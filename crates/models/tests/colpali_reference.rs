@@ -4,7 +4,7 @@
 use aleph_models::{load, Batch, LoadOptions, Pixels};
 
 mod common;
-use common::{fixtures, floats, max_diff, reference};
+use common::{fixtures, floats, max_diff, preprocess_like_transformers, reference};
 
 /// Row-major `[tokens × dim]` from the reference's list of vectors.
 fn rows(v: &serde_json::Value) -> Vec<f32> {
@@ -41,16 +41,8 @@ fn page_vectors_match_transformers() {
         let d = max_diff(&out.vectors[0], &want);
         assert!(d < 1e-4, "{file}: vectors from transformers' pixels differ by {d}");
 
-        // Aleph's preprocessing, end to end. The JPEG decoder (zune-jpeg) differs from Pillow's libjpeg-turbo by
-        // up to two levels on a few pixels (see clip_reference.rs), which the bicubic resize's negative lobes
-        // can stretch to three (measured: 3/255, over the normalization's std of 0.5). The resize itself is
-        // held to Pillow's exact output by clip_reference.rs; the model to 1e-4 above, from transformers' pixels.
-        let bytes = std::fs::read(fixtures().join("media").join(file)).unwrap();
-        let ours = processor.process(&bytes).unwrap();
-        let lossy = file.ends_with(".jpg");
-        let d = max_diff(&ours.data, &pixels.data);
-        assert!(d < if lossy { 3.0 / 255.0 / 0.5 + 1e-4 } else { 1e-4 }, "{file}: pixel values differ by {d}");
-        if !lossy {
+        // Aleph's preprocessing, end to end.
+        if let Some(ours) = preprocess_like_transformers(processor, file, &pixels.data) {
             let out = loaded.model.forward_images(std::slice::from_ref(&ours)).unwrap();
             let d = max_diff(&out.vectors[0], &want);
             assert!(d < 1e-4, "{file}: vectors differ by {d}");

@@ -4,7 +4,7 @@
 use aleph_models::{load, Backend, Batch, LoadOptions, Pixels};
 
 mod common;
-use common::{backends, fixtures, floats, max_diff, reference};
+use common::{backends, fixtures, floats, max_diff, preprocess_like_transformers, reference};
 
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -33,13 +33,8 @@ fn check_images(backend: Backend, name: &str) {
         let out = loaded.model.forward_images(std::slice::from_ref(&pixels)).unwrap();
         let d = max_diff(&out.vectors[0], &want);
         assert!(d < 1e-4, "{name}, {file}: embedding from transformers' pixels differs by {d}");
-        // Aleph's preprocessing (bicubic to 32×32, no crop, mean and std 0.5): lossless files exactly; the
-        // JPEG within the decoders' rounding, stretched by the bicubic lobes (see colpali_reference.rs).
-        let ours = processor.process(&std::fs::read(fixtures().join("media").join(file)).unwrap()).unwrap();
-        let lossy = file.ends_with(".jpg");
-        let d = max_diff(&ours.data, &pixels.data);
-        assert!(d < if lossy { 3.0 / 255.0 / 0.5 + 1e-4 } else { 1e-4 }, "{file}: pixel values differ by {d}");
-        if !lossy {
+        // Aleph's preprocessing (bicubic to 32×32, no crop, mean and std 0.5), end to end.
+        if let Some(ours) = preprocess_like_transformers(processor, file, &pixels.data) {
             let out = loaded.model.forward_images(std::slice::from_ref(&ours)).unwrap();
             let d = max_diff(&out.vectors[0], &want);
             assert!(d < 1e-4, "{name}, {file}: embedding differs by {d}");

@@ -302,19 +302,8 @@ impl ClipVision {
         let (s, p, c) = (self.image_size, self.patch_size, self.channels);
         let g = s / p;
         let b = images.len();
-        let mut data = Vec::with_capacity(b * c * s * s);
-        for img in images {
-            if (img.height, img.width) != (s, s) || img.data.len() != c * s * s {
-                candle_core::bail!("expected {c}x{s}x{s} pixels, got {}x{}", img.height, img.width);
-            }
-            data.extend_from_slice(&img.data);
-        }
-        let dev = self.positions.device().clone();
         let h = self.positions.dim(1)?;
-        // [b, c, g, p, g, p] → [b, g, g, c, p, p]: each row one patch, flattened as the kernel is.
-        let patches = Tensor::from_vec(data, (b, c, g, p, g, p), &dev)?
-            .permute((0, 2, 4, 1, 3, 5))?
-            .reshape((b * g * g, c * p * p))?;
+        let patches = patch_rows(images, s, p, c, &self.patch)?;
         let x = patches.matmul(&self.patch)?.reshape((b, g * g, h))?;
         let class = self.class.reshape((1, 1, h))?.broadcast_as((b, 1, h))?;
         let x = Tensor::cat(&[&class, &x], 1)?.broadcast_add(&self.positions)?;
@@ -325,6 +314,30 @@ impl ClipVision {
         let out = self.post_norm.forward(&cls)?.matmul(&self.projection)?;
         out.to_dtype(DType::F32)?.to_vec2()
     }
+}
+
+/// Each image's patches as rows, flattened as the patch convolution's kernel is (`[channel][row][col]`),
+/// on the device and in the dtype of `like`: `[images · (s/p)², c·p·p]`.
+pub(crate) fn patch_rows(
+    images: &[Pixels],
+    s: usize,
+    p: usize,
+    c: usize,
+    like: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let (g, b) = (s / p, images.len());
+    let mut data = Vec::with_capacity(b * c * s * s);
+    for img in images {
+        if (img.height, img.width) != (s, s) || img.data.len() != c * s * s {
+            candle_core::bail!("expected {c}x{s}x{s} pixels, got {}x{}", img.height, img.width);
+        }
+        data.extend_from_slice(&img.data);
+    }
+    // [b, c, g, p, g, p] → [b, g, g, c, p, p]: each row one patch.
+    Tensor::from_vec(data, (b, c, g, p, g, p), like.device())?
+        .permute((0, 2, 4, 1, 3, 5))?
+        .reshape((b * g * g, c * p * p))?
+        .to_dtype(like.dtype())
 }
 
 /// Both towers of a `CLIPModel` checkpoint.

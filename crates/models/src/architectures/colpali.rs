@@ -72,7 +72,7 @@ impl ColPali {
         let text = Gemma::load(text_root, tc)?;
         let h = tc.hidden_size;
         let projector = candle_nn::linear(
-            cfg.vlm_config.vision_config.hidden_size,
+            cfg.vlm_config.vision_config.tower.hidden_size,
             h,
             vlm.pp("multi_modal_projector").pp("linear"),
         )

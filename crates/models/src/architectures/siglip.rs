@@ -9,14 +9,14 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use super::bert::Activation;
-use super::clip::{TowerConfig, Transformer};
+use super::clip::{patch_rows, TowerConfig, Transformer};
 use crate::batch::Batch;
 use crate::error::{weights, ModelError};
 use crate::media::image::Pixels;
 
-/// `SiglipVisionConfig`; hub configs omit what equals the class defaults, so every field has them.
+/// What both towers' configs share. Hub configs omit what equals the class defaults, so every field has them.
 #[derive(Debug, Clone, Deserialize)]
-pub struct SiglipVisionConfig {
+pub struct SiglipTower {
     #[serde(default = "d768")]
     pub hidden_size: usize,
     #[serde(default = "d3072")]
@@ -25,16 +25,23 @@ pub struct SiglipVisionConfig {
     pub num_hidden_layers: usize,
     #[serde(default = "d12")]
     pub num_attention_heads: usize,
+    #[serde(default = "gelu_tanh")]
+    pub hidden_act: String,
+    #[serde(default = "eps")]
+    pub layer_norm_eps: f64,
+}
+
+/// `SiglipVisionConfig`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SiglipVisionConfig {
+    #[serde(flatten)]
+    pub tower: SiglipTower,
     #[serde(default = "d3")]
     pub num_channels: usize,
     #[serde(default = "d224")]
     pub image_size: usize,
     #[serde(default = "d16")]
     pub patch_size: usize,
-    #[serde(default = "gelu_tanh")]
-    pub hidden_act: String,
-    #[serde(default = "eps")]
-    pub layer_norm_eps: f64,
     #[serde(default = "yes")]
     pub vision_use_head: bool,
 }
@@ -42,22 +49,12 @@ pub struct SiglipVisionConfig {
 /// `SiglipTextConfig`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SiglipTextConfig {
+    #[serde(flatten)]
+    pub tower: SiglipTower,
     #[serde(default = "d32000")]
     pub vocab_size: usize,
-    #[serde(default = "d768")]
-    pub hidden_size: usize,
-    #[serde(default = "d3072")]
-    pub intermediate_size: usize,
-    #[serde(default = "d12")]
-    pub num_hidden_layers: usize,
-    #[serde(default = "d12")]
-    pub num_attention_heads: usize,
     #[serde(default = "d64")]
     pub max_position_embeddings: usize,
-    #[serde(default = "gelu_tanh")]
-    pub hidden_act: String,
-    #[serde(default = "eps")]
-    pub layer_norm_eps: f64,
     #[serde(default = "one")]
     pub pad_token_id: u32,
     /// Width of the pooled text vector; the hidden size when absent.
@@ -107,21 +104,9 @@ fn eps() -> f64 {
     1e-6
 }
 
-impl SiglipVisionConfig {
-    pub(crate) fn tower(&self) -> TowerConfig {
-        TowerConfig {
-            hidden_size: self.hidden_size,
-            intermediate_size: self.intermediate_size,
-            num_hidden_layers: self.num_hidden_layers,
-            num_attention_heads: self.num_attention_heads,
-            hidden_act: self.hidden_act.clone(),
-            layer_norm_eps: self.layer_norm_eps,
-        }
-    }
-}
-
-impl SiglipTextConfig {
-    pub(crate) fn tower(&self) -> TowerConfig {
+impl SiglipTower {
+    /// The layer stack's geometry, as CLIP's `Transformer` takes it.
+    pub(crate) fn layers(&self) -> TowerConfig {
         TowerConfig {
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
@@ -148,7 +133,7 @@ pub struct SiglipVision {
 impl SiglipVision {
     /// `vb`: the tower's root (holding `embeddings`, `encoder`, `post_layernorm`).
     pub fn load(vb: VarBuilder, cfg: &SiglipVisionConfig) -> Result<Self, ModelError> {
-        let (h, p, c) = (cfg.hidden_size, cfg.patch_size, cfg.num_channels);
+        let (h, p, c) = (cfg.tower.hidden_size, cfg.patch_size, cfg.num_channels);
         if p == 0 || !cfg.image_size.is_multiple_of(p) {
             return Err(ModelError::Unsupported(format!(
                 "image_size {} is not a multiple of patch_size {p}",
@@ -169,8 +154,8 @@ impl SiglipVision {
             patch,
             patch_bias,
             positions,
-            encoder: Transformer::load(vb.pp("encoder"), &cfg.tower())?,
-            post_norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("post_layernorm")).map_err(weights)?,
+            encoder: Transformer::load(vb.pp("encoder"), &cfg.tower.layers())?,
+            post_norm: candle_nn::layer_norm(h, cfg.tower.layer_norm_eps, vb.pp("post_layernorm")).map_err(weights)?,
             image_size: cfg.image_size,
             patch_size: p,
             channels: c,
@@ -191,20 +176,8 @@ impl SiglipVision {
         let (s, p, c) = (self.image_size, self.patch_size, self.channels);
         let g = s / p;
         let b = images.len();
-        let mut data = Vec::with_capacity(b * c * s * s);
-        for img in images {
-            if (img.height, img.width) != (s, s) || img.data.len() != c * s * s {
-                candle_core::bail!("expected {c}x{s}x{s} pixels, got {}x{}", img.height, img.width);
-            }
-            data.extend_from_slice(&img.data);
-        }
-        let dev = self.positions.device().clone();
         let h = self.positions.dim(1)?;
-        // [b, c, g, p, g, p] → [b, g, g, c, p, p]: each row one patch, flattened as the kernel is.
-        let patches = Tensor::from_vec(data, (b, c, g, p, g, p), &dev)?
-            .permute((0, 2, 4, 1, 3, 5))?
-            .reshape((b * g * g, c * p * p))?
-            .to_dtype(self.patch.dtype())?;
+        let patches = patch_rows(images, s, p, c, &self.patch)?;
         let x = patches.matmul(&self.patch)?.broadcast_add(&self.patch_bias)?.reshape((b, g * g, h))?;
         let n = g * g;
         let x = x.broadcast_add(&self.positions)?.reshape((b * n, h))?;
@@ -230,7 +203,7 @@ struct PoolingHead {
 
 impl PoolingHead {
     fn load(vb: VarBuilder, cfg: &SiglipVisionConfig) -> candle_core::Result<Self> {
-        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (h, i) = (cfg.tower.hidden_size, cfg.tower.intermediate_size);
         let att = vb.pp("attention");
         let w = att.get((3 * h, h), "in_proj_weight")?;
         let b = att.get(3 * h, "in_proj_bias")?;
@@ -240,11 +213,11 @@ impl PoolingHead {
             q: Linear::new(w.narrow(0, 0, h)?, Some(b.narrow(0, 0, h)?)),
             kv: Linear::new(w.narrow(0, h, 2 * h)?, Some(b.narrow(0, h, 2 * h)?)),
             out: candle_nn::linear(h, h, att.pp("out_proj"))?,
-            norm: candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("layernorm"))?,
+            norm: candle_nn::layer_norm(h, cfg.tower.layer_norm_eps, vb.pp("layernorm"))?,
             fc1: candle_nn::linear(h, i, mlp.pp("fc1"))?,
             fc2: candle_nn::linear(i, h, mlp.pp("fc2"))?,
-            act: Activation::parse(&cfg.hidden_act).map_err(|e| candle_core::Error::Msg(e.to_string()))?,
-            heads: cfg.num_attention_heads,
+            act: Activation::parse(&cfg.tower.hidden_act).map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            heads: cfg.tower.num_attention_heads,
         })
     }
 
@@ -278,18 +251,18 @@ pub struct SiglipText {
 impl SiglipText {
     /// `pad`: the id texts are padded with (the tokenizer's padding token).
     fn load(vb: VarBuilder, cfg: &SiglipTextConfig, pad: u32) -> Result<Self, ModelError> {
-        let h = cfg.hidden_size;
+        let h = cfg.tower.hidden_size;
         let load = || -> candle_core::Result<(Embedding, Tensor, LayerNorm, Linear)> {
             let emb = vb.pp("embeddings");
             Ok((
                 candle_nn::embedding(cfg.vocab_size, h, emb.pp("token_embedding"))?,
                 emb.pp("position_embedding").get((cfg.max_position_embeddings, h), "weight")?,
-                candle_nn::layer_norm(h, cfg.layer_norm_eps, vb.pp("final_layer_norm"))?,
+                candle_nn::layer_norm(h, cfg.tower.layer_norm_eps, vb.pp("final_layer_norm"))?,
                 candle_nn::linear(h, cfg.projection_size.unwrap_or(h), vb.pp("head"))?,
             ))
         };
         let (token, positions, final_norm, head) = load().map_err(weights)?;
-        let encoder = Transformer::load(vb.pp("encoder"), &cfg.tower())?;
+        let encoder = Transformer::load(vb.pp("encoder"), &cfg.tower.layers())?;
         Ok(SiglipText { token, positions, encoder, final_norm, head, window: cfg.max_position_embeddings, pad })
     }
 
@@ -331,11 +304,11 @@ impl Siglip {
         let text = SiglipText::load(vb.pp("text_model"), &cfg.text_config, pad)?;
         let vision = SiglipVision::load(vb.pp("vision_model"), &cfg.vision_config)?;
         let head = PoolingHead::load(vb.pp("vision_model").pp("head"), &cfg.vision_config).map_err(weights)?;
-        let dim = cfg.text_config.projection_size.unwrap_or(cfg.text_config.hidden_size);
-        if dim != cfg.vision_config.hidden_size {
+        let dim = cfg.text_config.projection_size.unwrap_or(cfg.text_config.tower.hidden_size);
+        if dim != cfg.vision_config.tower.hidden_size {
             return Err(ModelError::Weights(format!(
                 "the text head gives {dim}-d vectors, the vision tower {}-d",
-                cfg.vision_config.hidden_size
+                cfg.vision_config.tower.hidden_size
             )));
         }
         Ok(Siglip { text, vision, head, dim })

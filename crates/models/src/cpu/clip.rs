@@ -133,7 +133,6 @@ pub struct FastClipText {
     final_norm: Norm,
     projection: Dense,
     eos: u32,
-    vocab: usize,
     window: usize,
 }
 
@@ -157,7 +156,6 @@ impl FastClipText {
             final_norm,
             projection,
             eos: cfg.eos_token_id,
-            vocab: cfg.vocab_size,
             window: cfg.max_position_embeddings,
         })
     }
@@ -174,13 +172,7 @@ impl FastClipText {
                 return Err(ModelError::Forward(format!("{} tokens exceed the window of {}", ids.len(), self.window)));
             }
             for (t, &id) in ids.iter().enumerate() {
-                let id = id as usize;
-                if id >= self.vocab {
-                    return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
-                }
-                let row = &mut x[(start + t) * h..(start + t + 1) * h];
-                row.copy_from_slice(&self.token[id * h..(id + 1) * h]);
-                ops::add_assign(row, &self.positions[t * h..(t + 1) * h]);
+                embed_token(&mut x[(start + t) * h..(start + t + 1) * h], id, t, &self.token, &self.positions)?;
             }
             pooled_rows.push(start + pool_position(ids, self.eos));
         }
@@ -262,6 +254,23 @@ impl FastClipVision {
         let cls: Vec<f32> = (0..b).flat_map(|i| x[i * n * h..i * n * h + h].iter().copied()).collect();
         Ok(finish(isa, cls, &self.post_norm, &self.projection, h, self.encoder.eps))
     }
+}
+
+/// `row = token[id] + positions[t]` (tables `[_, row.len()]`); an id outside the vocabulary is an error.
+pub(crate) fn embed_token(
+    row: &mut [f32],
+    id: u32,
+    t: usize,
+    token: &[f32],
+    positions: &[f32],
+) -> Result<(), ModelError> {
+    let (h, id) = (row.len(), id as usize);
+    if id >= token.len() / h {
+        return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
+    }
+    row.copy_from_slice(&token[id * h..(id + 1) * h]);
+    ops::add_assign(row, &positions[t * h..(t + 1) * h]);
+    Ok(())
 }
 
 /// Each image's `(s/p)²` patches as rows, flattened as the convolution kernel is laid out:

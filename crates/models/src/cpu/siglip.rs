@@ -4,7 +4,7 @@
 
 use candle_nn::VarBuilder;
 
-use super::clip::{flatten_patches, PreNorm};
+use super::clip::{embed_token, flatten_patches, PreNorm};
 use super::gemm::{Epilogue, MatRef};
 use super::layers::{host, norm_rows, Act, Dense, Norm};
 use super::ops;
@@ -28,7 +28,7 @@ struct PoolHead {
 
 impl PoolHead {
     fn load(vb: VarBuilder, cfg: &SiglipVisionConfig) -> Result<Self, ModelError> {
-        let (h, i, nh) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads);
+        let (h, i, nh) = (cfg.tower.hidden_size, cfg.tower.intermediate_size, cfg.tower.num_attention_heads);
         let att = vb.pp("attention");
         let load = || -> candle_core::Result<PoolHead> {
             let w = host(att.get((3 * h, h), "in_proj_weight")?)?;
@@ -51,7 +51,7 @@ impl PoolHead {
             })
         };
         let mut head = load().map_err(weights)?;
-        head.act = Act::parse(&cfg.hidden_act)?;
+        head.act = Act::parse(&cfg.tower.hidden_act)?;
         Ok(head)
     }
 
@@ -110,7 +110,7 @@ pub struct FastSiglipVision {
 
 impl FastSiglipVision {
     fn load(vb: VarBuilder, cfg: &SiglipVisionConfig) -> Result<Self, ModelError> {
-        let (h, p, c) = (cfg.hidden_size, cfg.patch_size, cfg.num_channels);
+        let (h, p, c) = (cfg.tower.hidden_size, cfg.patch_size, cfg.num_channels);
         if p == 0 || !cfg.image_size.is_multiple_of(p) {
             return Err(ModelError::Unsupported(format!("image_size {} with patch_size {p}", cfg.image_size)));
         }
@@ -132,7 +132,7 @@ impl FastSiglipVision {
         Ok(FastSiglipVision {
             patch,
             positions,
-            encoder: PreNorm::load(vb.pp("encoder"), &cfg.tower())?,
+            encoder: PreNorm::load(vb.pp("encoder"), &cfg.tower.layers())?,
             post_norm,
             head: PoolHead::load(vb.pp("head"), cfg)?,
             image_size: cfg.image_size,
@@ -178,14 +178,13 @@ pub struct FastSiglipText {
     encoder: PreNorm,
     final_norm: Norm,
     head: Dense,
-    vocab: usize,
     window: usize,
     pad: u32,
 }
 
 impl FastSiglipText {
     fn load(vb: VarBuilder, cfg: &SiglipTextConfig, pad: u32) -> Result<Self, ModelError> {
-        let h = cfg.hidden_size;
+        let h = cfg.tower.hidden_size;
         let out = cfg.projection_size.unwrap_or(h);
         let emb = vb.pp("embeddings");
         let load = || -> candle_core::Result<(Vec<f32>, Vec<f32>, Norm, Dense)> {
@@ -203,10 +202,9 @@ impl FastSiglipText {
         Ok(FastSiglipText {
             token,
             positions,
-            encoder: PreNorm::load(vb.pp("encoder"), &cfg.tower())?,
+            encoder: PreNorm::load(vb.pp("encoder"), &cfg.tower.layers())?,
             final_norm,
             head,
-            vocab: cfg.vocab_size,
             window: cfg.max_position_embeddings,
             pad,
         })
@@ -222,13 +220,8 @@ impl FastSiglipText {
                 return Err(ModelError::Forward(format!("{} tokens exceed the window of {n}", ids.len())));
             }
             for t in 0..n {
-                let id = ids.get(t).copied().unwrap_or(self.pad) as usize;
-                if id >= self.vocab {
-                    return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
-                }
-                let row = &mut x[(i * n + t) * h..(i * n + t + 1) * h];
-                row.copy_from_slice(&self.token[id * h..(id + 1) * h]);
-                ops::add_assign(row, &self.positions[t * h..(t + 1) * h]);
+                let id = ids.get(t).copied().unwrap_or(self.pad);
+                embed_token(&mut x[(i * n + t) * h..(i * n + t + 1) * h], id, t, &self.token, &self.positions)?;
             }
         }
         let cu: Vec<usize> = (0..=b).map(|i| i * n).collect();
@@ -256,11 +249,11 @@ impl FastSiglip {
             text: FastSiglipText::load(vb.pp("text_model"), &cfg.text_config, pad)?,
             vision: FastSiglipVision::load(vb.pp("vision_model"), &cfg.vision_config)?,
         };
-        if model.dim() != cfg.vision_config.hidden_size {
+        if model.dim() != cfg.vision_config.tower.hidden_size {
             return Err(ModelError::Weights(format!(
                 "the text head gives {}-d vectors, the vision tower {}-d",
                 model.dim(),
-                cfg.vision_config.hidden_size
+                cfg.vision_config.tower.hidden_size
             )));
         }
         Ok(model)

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use aleph_models::Backend;
+use aleph_models::{Backend, ImageProcessor, Pixels};
 use serde_json::Value;
 
 pub fn fixtures() -> PathBuf {
@@ -27,4 +27,17 @@ pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 /// Aleph's CPU kernels and the candle reference path, with the name `/models` reports for each.
 pub fn backends() -> [(Backend, &'static str); 2] {
     [(Backend::Auto, "aleph-cpu"), (Backend::Candle, "candle")]
+}
+
+/// Runs Aleph's preprocessing on a test image and compares it with transformers' pixel values (`want`).
+/// Lossless files must match within 1e-4 and come back, to go through the model. The JPEG decoder
+/// (zune-jpeg) differs from Pillow's libjpeg-turbo by up to two levels on a few pixels (clip_reference.rs
+/// checks the rest of the path from Pillow's decoded pixels), which a bicubic resize's negative lobes can
+/// stretch to three: JPEGs are held to 3/255 over the normalization's std of 0.5 and not returned.
+pub fn preprocess_like_transformers(processor: &ImageProcessor, file: &str, want: &[f32]) -> Option<Pixels> {
+    let ours = processor.process(&std::fs::read(fixtures().join("media").join(file)).unwrap()).unwrap();
+    let lossy = file.ends_with(".jpg");
+    let d = max_diff(&ours.data, want);
+    assert!(d < if lossy { 3.0 / 255.0 / 0.5 + 1e-4 } else { 1e-4 }, "{file}: pixel values differ by {d}");
+    (!lossy).then_some(ours)
 }
