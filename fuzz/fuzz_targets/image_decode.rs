@@ -1,4 +1,5 @@
-//! Image bytes through the decoder and CLIP's preprocessing (the tiny test model's processor).
+//! Image bytes through the decoder and two preprocessors of the tiny test models: CLIP's (resize and crop to
+//! a fixed size) and ColQwen2's (dynamic resolution).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -14,11 +15,14 @@ fn quiet_caught_panics() {
     ONCE.call_once(|| std::panic::set_hook(Box::new(|_| {})));
 }
 
-fn processor() -> &'static ImageProcessor {
-    static P: OnceLock<ImageProcessor> = OnceLock::new();
+fn processors() -> &'static [ImageProcessor; 2] {
+    static P: OnceLock<[ImageProcessor; 2]> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny/clip");
-        ImageProcessor::from_dir(&dir).expect("the tiny CLIP fixture")
+        let load = |name: &str| {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny").join(name);
+            ImageProcessor::from_dir(&dir).expect("a tiny fixture's image processor")
+        };
+        [load("clip"), load("colqwen2")]
     })
 }
 
@@ -28,8 +32,10 @@ fuzz_target!(|data: &[u8]| {
     let limits = ImageLimits { max_pixels: 1 << 20 };
     if let Ok(rgb) = decode_rgb(data, &limits) {
         assert!((rgb.width * rgb.height) as u64 <= limits.max_pixels);
-        let pixels = processor().process_rgb(&rgb);
-        assert_eq!(pixels.data.len(), 3 * pixels.width * pixels.height);
-        assert!(pixels.data.iter().all(|v| v.is_finite()));
+        for p in processors() {
+            let pixels = p.process_rgb(&rgb);
+            assert_eq!(pixels.data.len(), 3 * pixels.width * pixels.height);
+            assert!(pixels.data.iter().all(|v| v.is_finite()));
+        }
     }
 });

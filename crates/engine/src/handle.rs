@@ -293,7 +293,7 @@ fn warmup_images(
     info: &ModelInfo,
     config: &HandleConfig,
 ) -> Result<(), ModelError> {
-    let (w, h) = images.output_size();
+    let (w, h) = images.largest_output();
     let count = (config.max_batch_tokens / info.image_cost.max(1)).clamp(1, config.batch_size);
     let batch = vec![Pixels { height: h, width: w, data: vec![0.0; 3 * w * h] }; count];
     let started = Instant::now();

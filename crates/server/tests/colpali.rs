@@ -10,7 +10,11 @@ use common::{floats, repo_root, Server};
 use serde_json::{json, Value};
 
 fn fixture() -> (String, Value) {
-    let dir = repo_root().join("tests/fixtures/tiny/colpali");
+    fixture_of("colpali")
+}
+
+fn fixture_of(name: &str) -> (String, Value) {
+    let dir = repo_root().join("tests/fixtures/tiny").join(name);
     let reference = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
     (dir.to_string_lossy().into_owned(), reference)
 }
@@ -28,14 +32,25 @@ fn maxsim(q: &[Vec<f32>], d: &[Vec<f32>]) -> f32 {
 
 #[test]
 fn pages_and_queries_embed_per_token_and_score_like_transformers() {
-    let (dir, r) = fixture();
+    // Lossless pages only: the JPEG's decoder difference is covered in colpali_reference.rs.
+    check_pages_and_queries("colpali", &["wide.png", "alpha.png", "small-gray.png"]);
+}
+
+#[test]
+fn colqwen2_pages_at_their_own_resolution_and_queries_score_like_transformers() {
+    // small-gray.png resizes with one level of rounding difference (see colqwen2_reference.rs).
+    check_pages_and_queries("colqwen2", &["wide.png", "alpha.png"]);
+}
+
+fn check_pages_and_queries(model: &str, files: &[&str]) {
+    let (dir, r) = fixture_of(model);
     let s = Server::start(&["--model-id", &dir]);
     let m = &s.get("/models").json()["data"][0];
     assert_eq!(m["capabilities"], json!(["embed", "rerank", "image_embed"]));
 
-    // Lossless pages only: the JPEG's decoder difference is covered in colpali_reference.rs.
     let pages: Vec<&Value> =
-        r["images"].as_array().unwrap().iter().filter(|p| p["file"].as_str().unwrap().ends_with(".png")).collect();
+        r["images"].as_array().unwrap().iter().filter(|p| files.contains(&p["file"].as_str().unwrap())).collect();
+    assert_eq!(pages.len(), files.len());
     let uris: Vec<String> = pages.iter().map(|p| file_uri(p["file"].as_str().unwrap())).collect();
     let body = s.post_json("/embeddings", &json!({"input": uris, "modality": "image"}));
     assert_eq!(body.status, 200, "{}", body.body);

@@ -5,5 +5,7 @@ pub mod clap;
 pub(crate) mod clap_fusion;
 pub mod clip;
 pub mod colpali;
+pub mod colqwen2;
 pub mod gemma;
+pub mod qwen2_vl;
 pub mod siglip;

@@ -1,6 +1,7 @@
 //! From a model folder to a runnable model: config dispatch, weights, tokenizer, pooling.
 
 mod colpali;
+mod colqwen2;
 mod siglip;
 
 use std::path::{Path, PathBuf};
@@ -189,13 +190,14 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
         "clip" => return load_clip(dir, &arch, opts),
         "clap" => return load_clap(dir, &arch, opts),
         "colpali" => return colpali::load_colpali(dir, &arch, opts),
+        "colqwen2" => return colqwen2::load_colqwen2(dir, &arch, opts),
         "siglip" => return siglip::load_siglip(dir, &arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip, clap, colpali, siglip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
         ))),
     }

@@ -37,6 +37,12 @@ struct ProcessorConfig {
     image_mean: Vec<f32>,
     #[serde(default = "openai_std")]
     image_std: Vec<f32>,
+    /// Dynamic resolution (Qwen2-VL): sides are rounded to multiples of `patch_size · merge_size`.
+    patch_size: Option<u32>,
+    merge_size: Option<u32>,
+    /// Older spellings of the dynamic size's bounds.
+    min_pixels: Option<u64>,
+    max_pixels: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -57,10 +63,13 @@ fn openai_std() -> Vec<f32> {
     vec![0.268_629_54, 0.261_302_58, 0.275_777_11]
 }
 
-/// A target size: `{"shortest_edge": n}`, `{"height": h, "width": w}`, or a bare number (a square).
+/// A target size: `{"shortest_edge": n}`, `{"height": h, "width": w}`, or a bare number (a square); or, for
+/// dynamic resolution, bounds on the pixel count (`{"shortest_edge": min, "longest_edge": max}`, as
+/// transformers names them for Qwen2-VL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 enum Size {
+    Area { shortest_edge: u64, longest_edge: u64 },
     ShortestEdge { shortest_edge: u32 },
     Exact { height: u32, width: u32 },
     Square(u32),
@@ -77,6 +86,8 @@ impl Size {
     fn resolve(self, w: u32, h: u32) -> (u32, u32) {
         match self {
             Size::Exact { height, width } => (width, height),
+            // Resolved per image by `smart_resize`; (0, 0) marks it.
+            Size::Area { .. } => (0, 0),
             Size::Square(s) => (s, s),
             Size::ShortestEdge { shortest_edge: s } => {
                 // transformers: the long side is `int(s * long / short)`, in floating point.
@@ -141,7 +152,10 @@ impl ImageProcessor {
         Self::new(cfg).map_err(|reason| ModelError::BadFile { path, reason })
     }
 
-    fn new(cfg: ProcessorConfig) -> Result<Self, String> {
+    fn new(mut cfg: ProcessorConfig) -> Result<Self, String> {
+        if let (Some(min), Some(max)) = (cfg.min_pixels, cfg.max_pixels) {
+            cfg.size = Size::Area { shortest_edge: min, longest_edge: max };
+        }
         let filter = Filter::from_pil(cfg.resample).ok_or_else(|| format!("unknown resample {}", cfg.resample))?;
         if cfg.image_mean.len() != 3 || cfg.image_std.len() != 3 || cfg.image_std.contains(&0.0) {
             return Err("image_mean and image_std need three values, std non-zero".into());
@@ -161,14 +175,48 @@ impl ImageProcessor {
         self
     }
 
-    /// `(width, height)` of every tensor this processor returns.
+    /// `(width, height)` of every tensor this processor returns; `(0, 0)` when it varies by image
+    /// (dynamic resolution).
     pub fn output_size(&self) -> (usize, usize) {
         (self.output.0 as usize, self.output.1 as usize)
+    }
+
+    /// `(width, height)` of the largest tensor this processor returns (a square image at the pixel bound,
+    /// for dynamic resolution): what a warm-up should run.
+    pub fn largest_output(&self) -> (usize, usize) {
+        match self.dynamic() {
+            Some((factor, min, max)) => {
+                let side = (max as f64).sqrt() as usize;
+                let (h, w) = smart_resize(side, side, factor, min, max);
+                (w, h)
+            }
+            None => self.output_size(),
+        }
+    }
+
+    /// For dynamic resolution: what sides are multiples of, and the bounds on pixels per image.
+    pub fn dynamic(&self) -> Option<(u32, u64, u64)> {
+        match self.cfg.size {
+            Size::Area { shortest_edge, longest_edge } => {
+                let factor = self.cfg.patch_size.unwrap_or(14) * self.cfg.merge_size.unwrap_or(2);
+                Some((factor, shortest_edge, longest_edge))
+            }
+            _ => None,
+        }
     }
 
     /// Decodes and preprocesses one image.
     pub fn process(&self, bytes: &[u8]) -> Result<Pixels, MediaError> {
         let rgb = decode_rgb(bytes, &self.limits)?;
+        if self.dynamic().is_some() {
+            let (long, short) = (rgb.width.max(rgb.height), rgb.width.min(rgb.height));
+            if long > 200 * short {
+                return Err(MediaError::Unsupported(format!(
+                    "the image is {}x{}; its aspect ratio must be under 200",
+                    rgb.width, rgb.height
+                )));
+            }
+        }
         Ok(self.process_rgb(&rgb))
     }
 
@@ -176,14 +224,18 @@ impl ImageProcessor {
     pub fn process_rgb(&self, img: &Rgb8) -> Pixels {
         let cfg = &self.cfg;
         let resized;
-        let img = if cfg.do_resize {
+        let dynamic = self.dynamic().map(|(factor, min, max)| smart_resize(img.height, img.width, factor, min, max));
+        let img = if let Some((h, w)) = dynamic.filter(|_| cfg.do_resize) {
+            resized = resize(img, w, h, self.filter);
+            &resized
+        } else if cfg.do_resize {
             let (w, h) = cfg.size.resolve(img.width as u32, img.height as u32);
             resized = resize(img, w as usize, h as usize, self.filter);
             &resized
         } else {
             img
         };
-        let (ow, oh) = self.output_size();
+        let (ow, oh) = if dynamic.is_some() { (img.width, img.height) } else { self.output_size() };
         // Center crop (or zero-pad, as transformers does when the image is smaller), then to
         // channels-first floats.
         let top = floor_half(img.height as i64 - oh as i64);
@@ -211,6 +263,25 @@ impl ImageProcessor {
         }
         Pixels { height: oh, width: ow, data }
     }
+}
+
+/// Qwen2-VL's `smart_resize`: `(height, width)` rounded to multiples of `factor` (half to even, as Python's
+/// `round`), then scaled, keeping the aspect ratio, into `[min_pixels, max_pixels]`.
+fn smart_resize(height: usize, width: usize, factor: u32, min_pixels: u64, max_pixels: u64) -> (usize, usize) {
+    let f = factor.max(1) as f64;
+    let (h, w) = (height as f64, width as f64);
+    let mut hb = (h / f).round_ties_even() * f;
+    let mut wb = (w / f).round_ties_even() * f;
+    if hb * wb > max_pixels as f64 {
+        let beta = (h * w / max_pixels as f64).sqrt();
+        hb = f.max((h / beta / f).floor() * f);
+        wb = f.max((w / beta / f).floor() * f);
+    } else if hb * wb < min_pixels as f64 {
+        let beta = (min_pixels as f64 / (h * w)).sqrt();
+        hb = (h * beta / f).ceil() * f;
+        wb = (w * beta / f).ceil() * f;
+    }
+    (hb as usize, wb as usize)
 }
 
 /// `n // 2` rounding toward negative infinity, as Python does.

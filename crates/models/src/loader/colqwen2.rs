@@ -1,0 +1,98 @@
+//! Loading a ColQwen2 checkpoint: the model, its page prompt and query template from the processor's
+//! files, and its dynamic-resolution image preprocessing.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{file_bytes, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+use crate::architectures::colqwen2::{ColQwen2, ColQwen2Config, PagePrompt};
+use crate::batch::{Batch, Output};
+use crate::error::{read_json, ModelError};
+use crate::media::image::{ImageProcessor, Pixels};
+use crate::pooling::Pooling;
+use crate::tokenizer::{SpecialTokens, TextTokenizer};
+
+const IMAGE_PAD: &str = "<|image_pad|>";
+
+/// `processor_config.json` of `ColQwen2Processor` (transformers' defaults where absent).
+#[derive(Debug, Deserialize)]
+struct ProcessorConfig {
+    visual_prompt_prefix: Option<String>,
+    query_prefix: Option<String>,
+}
+
+/// How many padding tokens ColQwen2 appends to a query (its "query augmentation").
+const QUERY_AUGMENTATION: usize = 10;
+
+pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    if opts.dtype == DType::Int8 {
+        return Err(ModelError::InvalidOption("--dtype int8 is available for BERT-family encoders only".into()));
+    }
+    let cfg: ColQwen2Config = read_json(&dir.join("config.json"))?;
+    let (_, text, _) = cfg.parts().map_err(|reason| ModelError::BadFile { path: dir.join("config.json"), reason })?;
+    let processor_path = dir.join("processor_config.json");
+    let processor: ProcessorConfig = if processor_path.exists() {
+        read_json(&processor_path)?
+    } else {
+        ProcessorConfig { visual_prompt_prefix: None, query_prefix: None }
+    };
+    let visual = processor.visual_prompt_prefix.unwrap_or_else(|| {
+        format!("<|im_start|>user\n<|vision_start|>{IMAGE_PAD}<|vision_end|>Describe the image.<|im_end|><|endoftext|>")
+    });
+    let (before, after) = visual.split_once(IMAGE_PAD).ok_or_else(|| ModelError::BadFile {
+        path: processor_path.clone(),
+        reason: format!("visual_prompt_prefix has no {IMAGE_PAD}"),
+    })?;
+    let pad = SpecialTokens::read(dir)?.pad_token.unwrap_or_else(|| "<|endoftext|>".into());
+
+    let window = text.max_position_embeddings;
+    let base = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
+    let page = PagePrompt { before: base.encode_raw(before)?.ids, after: base.encode_raw(after)?.ids };
+    let query_prefix = processor.query_prefix.unwrap_or_else(|| "Query: ".into());
+    let tokenizer = base.with_template(query_prefix, format!("{}\n", pad.repeat(QUERY_AUGMENTATION)));
+
+    let device = opts.device.candle()?;
+    let vb = var_builder(dir, &device)?;
+    // No Aleph CPU kernels for this architecture yet: candle computes on every device.
+    let model = ColQwen2::load(vb, &cfg, page)?;
+    let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
+    let (factor, _, max_pixels) = images.dynamic().ok_or_else(|| {
+        ModelError::Unsupported("a ColQwen2 image processor without dynamic resolution (min/max pixels)".into())
+    })?;
+    if factor as usize != model.factor() {
+        return Err(ModelError::Unsupported(format!(
+            "the image processor rounds to multiples of {factor}; the vision tower merges {}-pixel blocks",
+            model.factor()
+        )));
+    }
+    let info = ModelInfo {
+        task: Task::MultiVector,
+        backend: "candle",
+        architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColQwen2ForRetrieval".into()),
+        dim: model.dim(),
+        window,
+        pads: false,
+        pooling: Pooling::Mean,
+        normalize: true,
+        weight_bytes: file_bytes(dir)?,
+        image_input: true,
+        // Pages vary in size; the budget counts the largest.
+        image_cost: (max_pixels / (factor as u64 * factor as u64)) as usize + model.prompt_len(),
+        audio_input: false,
+        audio_cost: 0,
+    };
+    Ok(LoadedModel { model: Box::new(ColQwen2Model(model)), tokenizer, images: Some(images), audio: None, info })
+}
+
+struct ColQwen2Model(ColQwen2);
+
+impl Model for ColQwen2Model {
+    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
+        Ok(Output { vectors: self.0.forward_texts(batch)? })
+    }
+
+    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
+        Ok(Output { vectors: self.0.forward_images(images)? })
+    }
+}
