@@ -1,19 +1,12 @@
 //! ColPali against transformers: the tiny seeded `ColPaliForRetrieval` from scripts/make_tiny_colpali.py,
 //! with the token ids, pixel values and per-token vectors transformers computed for test pages and queries.
 
-use aleph_models::{load, Batch, LoadOptions, Pixels};
+use aleph_models::{load, LoadOptions, Pixels};
 
 mod common;
-use common::{fixtures, floats, max_diff, preprocess_like_transformers, reference};
-
-/// Row-major `[tokens × dim]` from the reference's list of vectors.
-fn rows(v: &serde_json::Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().flat_map(floats).collect()
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
+use common::{
+    check_multivector_queries, fixtures, floats, ids, max_diff, preprocess_like_transformers, reference, rows,
+};
 
 #[test]
 fn page_vectors_match_transformers() {
@@ -52,19 +45,5 @@ fn page_vectors_match_transformers() {
 
 #[test]
 fn query_ids_and_vectors_match_transformers() {
-    let loaded = load(&fixtures().join("colpali"), &LoadOptions::default()).unwrap();
-    let r = reference("colpali");
-    let queries = r["queries"].as_array().unwrap();
-    let mut batch = Batch::new();
-    for q in queries {
-        let enc = loaded.tokenizer.encode(q["text"].as_str().unwrap()).unwrap();
-        assert_eq!(enc.ids, ids(&q["input_ids"]), "ids of {:?}", q["text"]);
-        batch.push(&enc.ids, &enc.type_ids);
-    }
-    // All queries in one batch: each is computed as if alone.
-    let out = loaded.model.forward(&batch).unwrap();
-    for (q, got) in queries.iter().zip(&out.vectors) {
-        let d = max_diff(got, &rows(&q["embeddings"]));
-        assert!(d < 1e-4, "{:?}: vectors differ by {d}", q["text"]);
-    }
+    check_multivector_queries("colpali");
 }

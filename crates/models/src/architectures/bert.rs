@@ -54,6 +54,8 @@ pub(crate) enum Activation {
     Relu,
     /// OpenAI CLIP's `x * sigmoid(1.702 x)`.
     QuickGelu,
+    /// `x · sigmoid(x)`, the gate of Llama-style MLPs.
+    Silu,
 }
 
 impl Activation {
@@ -63,6 +65,7 @@ impl Activation {
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
             "relu" => Ok(Activation::Relu),
             "quick_gelu" => Ok(Activation::QuickGelu),
+            "silu" | "swish" => Ok(Activation::Silu),
             other => Err(ModelError::Unsupported(format!("hidden_act `{other}`"))),
         }
     }
@@ -73,6 +76,7 @@ impl Activation {
             Activation::GeluErf => x.gelu_erf(),
             Activation::GeluTanh => x.gelu(),
             Activation::Relu => x.relu(),
+            Activation::Silu => candle_nn::ops::silu(x),
         }
     }
 }

@@ -4,10 +4,11 @@
 //! reads the states of a prompt that is all prefix (PaliGemma's prefix attends bidirectionally).
 
 use candle_core::{DType, Device, Module, Tensor, D};
-use candle_nn::{Embedding, Linear, VarBuilder};
+use candle_nn::{Embedding, VarBuilder};
 use serde::Deserialize;
 
 use super::bert::Activation;
+use super::decoder::{inv_freq, rotary, GatedMlp, SelfAttention};
 use crate::error::{weights, ModelError};
 
 /// `GemmaConfig`; hub configs omit what equals the class defaults, so every field has them.
@@ -110,44 +111,15 @@ impl RmsNorm {
 
 struct Layer {
     input_norm: RmsNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    attn: SelfAttention,
     post_norm: RmsNorm,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-}
-
-impl Layer {
-    fn load(vb: VarBuilder, cfg: &GemmaConfig) -> candle_core::Result<Self> {
-        let (h, hd, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-        let sa = vb.pp("self_attn");
-        let mlp = vb.pp("mlp");
-        let lin = candle_nn::linear_no_bias;
-        Ok(Layer {
-            input_norm: RmsNorm::load(vb.pp("input_layernorm"), h, cfg.rms_norm_eps)?,
-            q: lin(h, cfg.num_attention_heads * hd, sa.pp("q_proj"))?,
-            k: lin(h, cfg.num_key_value_heads * hd, sa.pp("k_proj"))?,
-            v: lin(h, cfg.num_key_value_heads * hd, sa.pp("v_proj"))?,
-            o: lin(cfg.num_attention_heads * hd, h, sa.pp("o_proj"))?,
-            post_norm: RmsNorm::load(vb.pp("post_attention_layernorm"), h, cfg.rms_norm_eps)?,
-            gate: lin(h, i, mlp.pp("gate_proj"))?,
-            up: lin(h, i, mlp.pp("up_proj"))?,
-            down: lin(i, h, mlp.pp("down_proj"))?,
-        })
-    }
+    mlp: GatedMlp,
 }
 
 pub struct Gemma {
     embed: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    act: Activation,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
     hidden: usize,
     /// `1 / θ^(2j / head_dim)`, as transformers computes it in f32.
     inv_freq: Vec<f32>,
@@ -167,22 +139,26 @@ impl Gemma {
                 cfg.num_attention_heads, cfg.num_key_value_heads
             )));
         }
-        let theta = cfg.theta()? as f32;
-        let inv_freq = (0..hd / 2).map(|j| 1.0 / theta.powf((2 * j) as f32 / hd as f32)).collect();
+        let act = cfg.activation()?;
+        let (nh, nkv, eps) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps);
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Layer::load(vb.pp("layers").pp(i), cfg))
+            .map(|i| {
+                let l = vb.pp("layers").pp(i);
+                Ok(Layer {
+                    input_norm: RmsNorm::load(l.pp("input_layernorm"), h, eps)?,
+                    attn: SelfAttention::load(l.pp("self_attn"), h, nh, nkv, hd, false)?,
+                    post_norm: RmsNorm::load(l.pp("post_attention_layernorm"), h, eps)?,
+                    mlp: GatedMlp::load(l.pp("mlp"), h, cfg.intermediate_size, act)?,
+                })
+            })
             .collect::<candle_core::Result<Vec<_>>>()
             .map_err(weights)?;
         Ok(Gemma {
             embed: candle_nn::embedding(cfg.vocab_size, h, vb.pp("embed_tokens")).map_err(weights)?,
             layers,
-            norm: RmsNorm::load(vb.pp("norm"), h, cfg.rms_norm_eps).map_err(weights)?,
-            act: cfg.activation()?,
-            heads: cfg.num_attention_heads,
-            kv_heads: cfg.num_key_value_heads,
-            head_dim: hd,
+            norm: RmsNorm::load(vb.pp("norm"), h, eps).map_err(weights)?,
             hidden: h,
-            inv_freq,
+            inv_freq: inv_freq(cfg.theta()?, hd),
             // transformers rounds √hidden to the weights' dtype before scaling.
             embed_scale: (h as f32).sqrt() as f64,
         })
@@ -212,45 +188,12 @@ impl Gemma {
     /// Final states of one sequence of input embeddings `[n, hidden]`, every position attending to every
     /// other; positions count from `first_position`.
     pub fn forward(&self, x: &Tensor, first_position: usize) -> candle_core::Result<Tensor> {
-        let n = x.dim(0)?;
-        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let (cos, sin) = self.rotary(n, first_position, x.dtype())?;
+        let (cos, sin) = rotary(&self.inv_freq, x.dim(0)?, first_position, self.device(), x.dtype())?;
         let mut x = x.clone();
         for layer in &self.layers {
-            let y = layer.input_norm.forward(&x)?;
-            let heads = |t: Tensor, k: usize| -> candle_core::Result<Tensor> {
-                t.reshape((1, n, k, hd))?.transpose(1, 2)?.contiguous()
-            };
-            let q = candle_nn::rotary_emb::rope(&heads(layer.q.forward(&y)?, nh)?, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope(&heads(layer.k.forward(&y)?, nkv)?, &cos, &sin)?;
-            let v = heads(layer.v.forward(&y)?, nkv)?;
-            // Each key-value head serves `nh / nkv` consecutive query heads.
-            let repeat = |t: Tensor| -> candle_core::Result<Tensor> {
-                if nkv == nh {
-                    return Ok(t);
-                }
-                t.unsqueeze(2)?.expand((1, nkv, nh / nkv, n, hd))?.reshape((1, nh, n, hd))
-            };
-            let (k, v) = (repeat(k)?, repeat(v)?);
-            let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((n, nh * hd))?;
-            x = (x + layer.o.forward(&ctx)?)?;
-            let y = layer.post_norm.forward(&x)?;
-            let mlp = layer.down.forward(&(self.act.apply(&layer.gate.forward(&y)?)? * layer.up.forward(&y)?)?)?;
-            x = (x + mlp)?;
+            x = (&x + layer.attn.forward(&layer.input_norm.forward(&x)?, &cos, &sin, None)?)?;
+            x = (&x + layer.mlp.forward(&layer.post_norm.forward(&x)?)?)?;
         }
         self.norm.forward(&x)
-    }
-
-    /// `cos` and `sin` of every position's angles, `[n, head_dim / 2]`.
-    fn rotary(&self, n: usize, first: usize, dtype: DType) -> candle_core::Result<(Tensor, Tensor)> {
-        let half = self.inv_freq.len();
-        let mut angles = Vec::with_capacity(n * half);
-        for pos in first..first + n {
-            angles.extend(self.inv_freq.iter().map(|f| pos as f32 * f));
-        }
-        let angles = Tensor::from_vec(angles, (n, half), self.device())?;
-        Ok((angles.cos()?.to_dtype(dtype)?, angles.sin()?.to_dtype(dtype)?))
     }
 }

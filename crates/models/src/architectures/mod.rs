@@ -6,6 +6,7 @@ pub(crate) mod clap_fusion;
 pub mod clip;
 pub mod colpali;
 pub mod colqwen2;
+pub(crate) mod decoder;
 pub mod gemma;
 pub mod qwen2_vl;
 pub mod siglip;

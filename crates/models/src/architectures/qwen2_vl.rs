@@ -10,6 +10,7 @@ use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
 use super::bert::Activation;
+use super::decoder::{causal_mask, inv_freq, rotary, GatedMlp, SelfAttention};
 use crate::error::{weights, ModelError};
 use crate::media::image::Pixels;
 
@@ -123,12 +124,6 @@ fn d32768() -> usize {
 }
 fn eps() -> f64 {
     1e-6
-}
-
-/// `1 / θ^(2j / dim)` for `j < dim / 2`, in f32 as transformers computes it.
-fn inv_freq(theta: f64, dim: usize) -> Vec<f32> {
-    let theta = theta as f32;
-    (0..dim / 2).map(|j| 1.0 / theta.powf((2 * j) as f32 / dim as f32)).collect()
 }
 
 fn layer_norm(vb: VarBuilder, h: usize) -> candle_core::Result<LayerNorm> {
@@ -297,23 +292,15 @@ impl RmsNorm {
 
 struct Layer {
     input_norm: RmsNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    attn: SelfAttention,
     post_norm: RmsNorm,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    mlp: GatedMlp,
 }
 
 pub struct Qwen2 {
     embed: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
     inv_freq: Vec<f32>,
 }
 
@@ -327,35 +314,28 @@ impl Qwen2 {
                 cfg.hidden_act
             )));
         }
-        let hd = h / nh;
-        let i = cfg.intermediate_size;
+        let (hd, eps) = (h / nh, cfg.rms_norm_eps);
         let load = || -> candle_core::Result<(Embedding, Vec<Layer>, RmsNorm)> {
             let layers = (0..cfg.num_hidden_layers)
                 .map(|n| {
                     let l = vb.pp("layers").pp(n);
-                    let (sa, mlp) = (l.pp("self_attn"), l.pp("mlp"));
                     Ok(Layer {
-                        input_norm: RmsNorm::load(l.pp("input_layernorm"), h, cfg.rms_norm_eps)?,
-                        q: candle_nn::linear(h, nh * hd, sa.pp("q_proj"))?,
-                        k: candle_nn::linear(h, nkv * hd, sa.pp("k_proj"))?,
-                        v: candle_nn::linear(h, nkv * hd, sa.pp("v_proj"))?,
-                        o: candle_nn::linear_no_bias(nh * hd, h, sa.pp("o_proj"))?,
-                        post_norm: RmsNorm::load(l.pp("post_attention_layernorm"), h, cfg.rms_norm_eps)?,
-                        gate: candle_nn::linear_no_bias(h, i, mlp.pp("gate_proj"))?,
-                        up: candle_nn::linear_no_bias(h, i, mlp.pp("up_proj"))?,
-                        down: candle_nn::linear_no_bias(i, h, mlp.pp("down_proj"))?,
+                        input_norm: RmsNorm::load(l.pp("input_layernorm"), h, eps)?,
+                        attn: SelfAttention::load(l.pp("self_attn"), h, nh, nkv, hd, true)?,
+                        post_norm: RmsNorm::load(l.pp("post_attention_layernorm"), h, eps)?,
+                        mlp: GatedMlp::load(l.pp("mlp"), h, cfg.intermediate_size, Activation::Silu)?,
                     })
                 })
                 .collect::<candle_core::Result<Vec<_>>>()?;
             Ok((
                 candle_nn::embedding(cfg.vocab_size, h, vb.pp("embed_tokens"))?,
                 layers,
-                RmsNorm::load(vb.pp("norm"), h, cfg.rms_norm_eps)?,
+                RmsNorm::load(vb.pp("norm"), h, eps)?,
             ))
         };
         let (embed, layers, norm) = load().map_err(weights)?;
         let theta = cfg.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(cfg.rope_theta).unwrap_or(1_000_000.0);
-        Ok(Qwen2 { embed, layers, norm, heads: nh, kv_heads: nkv, head_dim: hd, inv_freq: inv_freq(theta, hd) })
+        Ok(Qwen2 { embed, layers, norm, inv_freq: inv_freq(theta, hd) })
     }
 
     pub fn device(&self) -> &Device {
@@ -376,36 +356,12 @@ impl Qwen2 {
     /// Final states of one sequence of input embeddings `[n, hidden]`, causal, positions 0, 1, 2, …
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let n = x.dim(0)?;
-        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let angles: Vec<f32> = (0..n).flat_map(|pos| self.inv_freq.iter().map(move |f| pos as f32 * f)).collect();
-        let angles = Tensor::from_vec(angles, (n, hd / 2), self.device())?;
-        let (cos, sin) = (angles.cos()?.to_dtype(x.dtype())?, angles.sin()?.to_dtype(x.dtype())?);
-        let mask: Vec<f32> =
-            (0..n).flat_map(|i| (0..n).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
-        let mask = Tensor::from_vec(mask, (n, n), self.device())?.to_dtype(x.dtype())?;
+        let (cos, sin) = rotary(&self.inv_freq, n, 0, self.device(), x.dtype())?;
+        let mask = causal_mask(n, self.device(), x.dtype())?;
         let mut x = x.clone();
         for layer in &self.layers {
-            let y = layer.input_norm.forward(&x)?;
-            let heads = |t: Tensor, k: usize| -> candle_core::Result<Tensor> {
-                t.reshape((1, n, k, hd))?.transpose(1, 2)?.contiguous()
-            };
-            let q = candle_nn::rotary_emb::rope(&heads(layer.q.forward(&y)?, nh)?, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope(&heads(layer.k.forward(&y)?, nkv)?, &cos, &sin)?;
-            let v = heads(layer.v.forward(&y)?, nkv)?;
-            let repeat = |t: Tensor| -> candle_core::Result<Tensor> {
-                if nkv == nh {
-                    return Ok(t);
-                }
-                t.unsqueeze(2)?.expand((1, nkv, nh / nkv, n, hd))?.reshape((1, nh, n, hd))
-            };
-            let (k, v) = (repeat(k)?, repeat(v)?);
-            let scores = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?.broadcast_add(&mask)?;
-            let ctx = candle_nn::ops::softmax_last_dim(&scores)?.matmul(&v)?.transpose(1, 2)?.reshape((n, nh * hd))?;
-            x = (x + layer.o.forward(&ctx)?)?;
-            let y = layer.post_norm.forward(&x)?;
-            let mlp =
-                layer.down.forward(&(candle_nn::ops::silu(&layer.gate.forward(&y)?)? * layer.up.forward(&y)?)?)?;
-            x = (x + mlp)?;
+            x = (&x + layer.attn.forward(&layer.input_norm.forward(&x)?, &cos, &sin, Some(&mask))?)?;
+            x = (&x + layer.mlp.forward(&layer.post_norm.forward(&x)?)?)?;
         }
         self.norm.forward(&x)
     }

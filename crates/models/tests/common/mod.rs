@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use aleph_models::{Backend, ImageProcessor, Pixels};
+use aleph_models::{load, Backend, Batch, ImageProcessor, LoadOptions, Pixels};
 use serde_json::Value;
 
 pub fn fixtures() -> PathBuf {
@@ -40,4 +40,32 @@ pub fn preprocess_like_transformers(processor: &ImageProcessor, file: &str, want
     let d = max_diff(&ours.data, want);
     assert!(d < if lossy { 3.0 / 255.0 / 0.5 + 1e-4 } else { 1e-4 }, "{file}: pixel values differ by {d}");
     (!lossy).then_some(ours)
+}
+
+/// Row-major `[tokens × dim]` from a reference's list of vectors.
+pub fn rows(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().flat_map(floats).collect()
+}
+
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// A multi-vector model's queries (`reference.json`'s `queries`): token ids through the model's query
+/// template, then per-token vectors, all queries in one batch (each computed as if alone).
+pub fn check_multivector_queries(model: &str) {
+    let loaded = load(&fixtures().join(model), &LoadOptions::default()).unwrap();
+    let r = reference(model);
+    let queries = r["queries"].as_array().unwrap();
+    let mut batch = Batch::new();
+    for q in queries {
+        let enc = loaded.tokenizer.encode(q["text"].as_str().unwrap()).unwrap();
+        assert_eq!(enc.ids, ids(&q["input_ids"]), "{model}: ids of {:?}", q["text"]);
+        batch.push(&enc.ids, &enc.type_ids);
+    }
+    let out = loaded.model.forward(&batch).unwrap();
+    for (q, got) in queries.iter().zip(&out.vectors) {
+        let d = max_diff(got, &rows(&q["embeddings"]));
+        assert!(d < 1e-4, "{model}, {:?}: vectors differ by {d}", q["text"]);
+    }
 }
