@@ -359,6 +359,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn smart_resize_matches_qwen2_vl() {
+        // (height, width, factor, min, max) → transformers' smart_resize, computed with transformers 5.24.
+        let cases = [
+            ((20, 23, 8, 256, 1536), (16, 24)), // 2.5 rounds to 2, as Python's round does
+            ((48, 64, 8, 256, 1536), (32, 40)), // over the pixel bound: scaled down
+            ((75, 41, 8, 256, 1536), (48, 24)),
+            ((1000, 1000, 28, 3136, 1_003_520), (980, 980)),
+            ((3, 600, 28, 3136, 1_003_520), (28, 812)),
+            ((2000, 3000, 28, 3136, 1_003_520), (812, 1204)),
+            ((10, 10, 28, 3136, 1_003_520), (56, 56)), // under the bound: scaled up
+            ((42, 70, 28, 3136, 1_003_520), (56, 56)),
+        ];
+        for ((h, w, f, min, max), want) in cases {
+            assert_eq!(smart_resize(h, w, f, min, max), want, "{h}x{w}");
+        }
+    }
+
+    #[test]
+    fn dynamic_resolution_sizes_each_image_and_refuses_extreme_aspect_ratios() {
+        let cfg = r#"{"size": {"shortest_edge": 256, "longest_edge": 1536}, "patch_size": 4, "merge_size": 2}"#;
+        let p = ImageProcessor::new(serde_json::from_str(cfg).unwrap()).unwrap();
+        assert_eq!(p.dynamic(), Some((8, 256, 1536)));
+        assert_eq!(p.output_size(), (0, 0));
+        let png = |w: u32, h: u32| {
+            let mut out = Cursor::new(Vec::new());
+            image::RgbImage::new(w, h).write_to(&mut out, image::ImageFormat::Png).unwrap();
+            out.into_inner()
+        };
+        let px = p.process(&png(23, 20)).unwrap();
+        assert_eq!((px.width, px.height, px.data.len()), (24, 16, 3 * 24 * 16));
+        assert!(matches!(p.process(&png(3, 700)), Err(MediaError::Unsupported(_))));
+    }
+
+    #[test]
     fn shortest_edge_keeps_the_aspect_ratio_like_transformers() {
         let s = Size::ShortestEdge { shortest_edge: 224 };
         assert_eq!(s.resolve(640, 480), (298, 224));
