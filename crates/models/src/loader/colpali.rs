@@ -41,7 +41,7 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     let processor: ProcessorConfig = if processor_path.exists() {
         read_json(&processor_path)?
     } else {
-        serde_json::from_str("{}").map_err(|e| ModelError::BadFile { path: processor_path, reason: e.to_string() })?
+        ProcessorConfig { query_prefix: question(), visual_prompt_prefix: describe() }
     };
     let special = SpecialTokens::read(dir)?;
     let bos = special.bos_token.unwrap_or_else(|| "<bos>".into());
