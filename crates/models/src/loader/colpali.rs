@@ -5,12 +5,13 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{file_bytes, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+use super::{
+    file_bytes, page_retriever_info, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo,
+};
 use crate::architectures::colpali::{ColPali, ColPaliConfig};
 use crate::batch::{Batch, Output};
 use crate::error::{read_json, ModelError};
 use crate::media::image::{ImageProcessor, Pixels};
-use crate::pooling::Pooling;
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
 /// `processor_config.json` of `ColPaliProcessor` (transformers' defaults where absent).
@@ -66,20 +67,8 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
         )));
     }
     let info = ModelInfo {
-        task: Task::MultiVector,
-        backend: "candle",
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColPaliForRetrieval".into()),
-        dim: model.dim(),
-        window,
-        // Each sequence runs alone: a batch costs its real tokens.
-        pads: false,
-        pooling: Pooling::Mean,
-        normalize: true,
-        weight_bytes: file_bytes(dir)?,
-        image_input: true,
-        image_cost: model.tokens_per_image(),
-        audio_input: false,
-        audio_cost: 0,
+        ..page_retriever_info(model.dim(), window, file_bytes(dir)?, model.tokens_per_image())
     };
     Ok(LoadedModel { model: Box::new(ColPaliModel(model)), tokenizer, images: Some(images), audio: None, info })
 }

@@ -5,12 +5,13 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{file_bytes, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+use super::{
+    file_bytes, page_retriever_info, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo,
+};
 use crate::architectures::colqwen2::{ColQwen2, ColQwen2Config, PagePrompt};
 use crate::batch::{Batch, Output};
 use crate::error::{read_json, ModelError};
 use crate::media::image::{ImageProcessor, Pixels};
-use crate::pooling::Pooling;
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
 const IMAGE_PAD: &str = "<|image_pad|>";
@@ -66,21 +67,11 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
             model.factor()
         )));
     }
+    // Pages vary in size; the budget counts the largest.
+    let image_cost = (max_pixels / (factor as u64 * factor as u64)) as usize + model.prompt_len();
     let info = ModelInfo {
-        task: Task::MultiVector,
-        backend: "candle",
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColQwen2ForRetrieval".into()),
-        dim: model.dim(),
-        window,
-        pads: false,
-        pooling: Pooling::Mean,
-        normalize: true,
-        weight_bytes: file_bytes(dir)?,
-        image_input: true,
-        // Pages vary in size; the budget counts the largest.
-        image_cost: (max_pixels / (factor as u64 * factor as u64)) as usize + model.prompt_len(),
-        audio_input: false,
-        audio_cost: 0,
+        ..page_retriever_info(model.dim(), window, file_bytes(dir)?, image_cost)
     };
     Ok(LoadedModel { model: Box::new(ColQwen2Model(model)), tokenizer, images: Some(images), audio: None, info })
 }

@@ -483,6 +483,26 @@ fn normalized(mut vectors: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
     vectors
 }
 
+/// What a late-interaction model over page images (ColPali, ColQwen2) reports, on candle: one vector per
+/// token, each sequence run alone (a batch costs its real tokens); `image_cost` is a page's tokens.
+fn page_retriever_info(dim: usize, window: usize, weight_bytes: u64, image_cost: usize) -> ModelInfo {
+    ModelInfo {
+        task: Task::MultiVector,
+        backend: "candle",
+        architecture: String::new(),
+        dim,
+        window,
+        pads: false,
+        pooling: Pooling::Mean,
+        normalize: true,
+        weight_bytes,
+        image_input: true,
+        image_cost,
+        audio_input: false,
+        audio_cost: 0,
+    }
+}
+
 /// Memory-maps the folder's safetensors: `model.safetensors`, or the shards an index names.
 fn var_builder(dir: &Path, device: &candle_core::Device) -> Result<VarBuilder<'static>, ModelError> {
     let files = safetensors_files(dir)?;
