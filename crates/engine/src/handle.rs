@@ -214,7 +214,7 @@ impl ModelHandle {
             let tok = self.tokenizer.clone();
             let images = self.images.clone();
             let audio = self.audio.clone();
-            let (image_cost, audio_cost) = (self.info.image_cost, self.info.audio_cost);
+            let info = self.info.clone();
             jobs.push(self.pool.run(move || {
                 part.into_iter()
                     .map(|input| match input {
@@ -223,14 +223,14 @@ impl ModelHandle {
                         Input::Image(bytes) => match &images {
                             Some(p) => p
                                 .process(&bytes)
-                                .map(|pixels| Prepared::Image { pixels, cost: image_cost })
+                                .map(|pixels| Prepared::Image { cost: info.image_tokens(&pixels), pixels })
                                 .map_err(|e| EngineError::BadMedia(e.to_string())),
                             None => Err(EngineError::BadMedia("this model does not take images".into())),
                         },
                         Input::Audio(bytes) => match &audio {
                             Some(p) => p
                                 .process(&bytes)
-                                .map(|features| Prepared::Audio { features, cost: audio_cost })
+                                .map(|features| Prepared::Audio { features, cost: info.audio_cost })
                                 .map_err(|e| EngineError::BadMedia(e.to_string())),
                             None => Err(EngineError::BadMedia("this model does not take audio".into())),
                         },
@@ -294,8 +294,9 @@ fn warmup_images(
     config: &HandleConfig,
 ) -> Result<(), ModelError> {
     let (w, h) = images.largest_output();
-    let count = (config.max_batch_tokens / info.image_cost.max(1)).clamp(1, config.batch_size);
-    let batch = vec![Pixels { height: h, width: w, data: vec![0.0; 3 * w * h] }; count];
+    let largest = Pixels { height: h, width: w, data: vec![0.0; 3 * w * h] };
+    let count = (config.max_batch_tokens / info.image_tokens(&largest).max(1)).clamp(1, config.batch_size);
+    let batch = vec![largest; count];
     let started = Instant::now();
     model.forward_images(&batch)?;
     let secs = started.elapsed().as_secs_f64();

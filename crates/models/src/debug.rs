@@ -37,6 +37,7 @@ pub fn load_debug() -> LoadedModel {
             weight_bytes: 0,
             image_input: false,
             image_cost: 0,
+            image_pixels_per_token: 0,
             audio_input: false,
             audio_cost: 0,
         },

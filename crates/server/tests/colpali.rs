@@ -55,6 +55,9 @@ fn check_pages_and_queries(model: &str, files: &[&str]) {
     let body = s.post_json("/embeddings", &json!({"input": uris, "modality": "image"}));
     assert_eq!(body.status, 200, "{}", body.body);
     let body = body.json();
+    // Usage counts each page's sequence: its image tokens (by its own size, for ColQwen2) and prompt.
+    let tokens: usize = pages.iter().map(|p| p["input_ids"].as_array().unwrap().len()).sum();
+    assert_eq!(body["usage"]["prompt_tokens"], tokens, "{model}: usage");
     let mut page_vectors = Vec::new();
     for (i, page) in pages.iter().enumerate() {
         let got = rows(&body["data"][i]["embedding"]);

@@ -58,7 +58,7 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
     // No Aleph CPU kernels for this architecture yet: candle computes on every device.
     let model = ColQwen2::load(vb, &cfg, page)?;
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
-    let (factor, _, max_pixels) = images.dynamic().ok_or_else(|| {
+    let (factor, _, _) = images.dynamic().ok_or_else(|| {
         ModelError::Unsupported("a ColQwen2 image processor without dynamic resolution (min/max pixels)".into())
     })?;
     if factor as usize != model.factor() {
@@ -67,11 +67,11 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
             model.factor()
         )));
     }
-    // Pages vary in size; the budget counts the largest.
-    let image_cost = (max_pixels / (factor as u64 * factor as u64)) as usize + model.prompt_len();
+    // A page costs its prompt and one token per merged block of factor² pixels.
     let info = ModelInfo {
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColQwen2ForRetrieval".into()),
-        ..page_retriever_info(model.dim(), window, file_bytes(dir)?, image_cost)
+        image_pixels_per_token: factor as usize * factor as usize,
+        ..page_retriever_info(model.dim(), window, file_bytes(dir)?, model.prompt_len())
     };
     Ok(LoadedModel { model: Box::new(ColQwen2Model(model)), tokenizer, images: Some(images), audio: None, info })
 }

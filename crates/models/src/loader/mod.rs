@@ -64,8 +64,11 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
     /// Whether the model embeds images (CLIP) besides text.
     pub image_input: bool,
-    /// Token-equivalents one image costs in a batch (the vision tower's sequence length).
+    /// Token-equivalents one image costs in a batch (the vision tower's sequence length); with
+    /// `image_pixels_per_token`, the part that does not depend on the image's size.
     pub image_cost: usize,
+    /// For images processed at their own resolution: pixels per token, added to `image_cost` (0: fixed).
+    pub image_pixels_per_token: usize,
     /// Whether the model embeds audio (CLAP) besides text.
     pub audio_input: bool,
     /// Token-equivalents one clip costs in a batch (the audio tower's first-stage tokens).
@@ -73,6 +76,12 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// Token-equivalents this preprocessed image costs.
+    pub fn image_tokens(&self, pixels: &Pixels) -> usize {
+        let by_size = pixels.width * pixels.height / self.image_pixels_per_token.max(1);
+        self.image_cost + if self.image_pixels_per_token > 0 { by_size } else { 0 }
+    }
+
     /// What `/models` lists and requests are checked against: the task's, plus media inputs.
     pub fn capabilities(&self) -> Vec<&'static str> {
         let mut caps = self.task.capabilities().to_vec();
@@ -279,6 +288,7 @@ fn load_bert_family(
         weight_bytes: if backend == "candle" { file_bytes(dir)? } else { encoder.weight_bytes() },
         image_input: false,
         image_cost: 0,
+        image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
     };
@@ -352,6 +362,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         },
         image_input: true,
         image_cost: (side / vision.patch_size.max(1)).pow(2) + 1,
+        image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
     };
@@ -411,6 +422,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         weight_bytes,
         image_input: false,
         image_cost: 0,
+        image_pixels_per_token: 0,
         audio_input: true,
         audio_cost,
     };
@@ -498,6 +510,7 @@ fn page_retriever_info(dim: usize, window: usize, weight_bytes: u64, image_cost:
         weight_bytes,
         image_input: true,
         image_cost,
+        image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
     }

@@ -68,6 +68,7 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         },
         image_input: true,
         image_cost,
+        image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
     };
