@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run every test: fetches the real models and a Python with the OpenAI SDK first (both cached).
+# Run every test: fetches the real models and a Python with the OpenAI SDK first (both cached), runs the
+# Rust suites, then the client-library suite (tests/clients) against the binary they built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh
@@ -10,3 +11,4 @@ if ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
 fi
 export ALEPH_TEST_PYTHON="$PWD/$venv/bin/python"
 cargo test --workspace "$@"
+scripts/client-tests.sh

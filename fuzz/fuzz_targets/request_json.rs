@@ -1,10 +1,13 @@
-//! Request bodies, as every inference route decodes and validates them before any work is queued.
+//! Request bodies, as every inference route decodes and validates them before any work is queued:
+//! Infinity's and OpenAI's, TEI's and Cohere's.
 #![no_main]
 
+use aleph_server::http::cohere::{CohereEmbedRequest, CohereRerankRequest};
 use aleph_server::http::extract::{check_depth, parse};
 use aleph_server::http::schemas::{ClassifyRequest, EmbeddingRequest, MediaEmbeddingRequest, RerankRequest};
 use aleph_server::http::state::Limits;
-use aleph_server::http::validate::{validate_media, validate_text, validate_texts};
+use aleph_server::http::tei::{DecodeRequest, EmbedRequest, PredictRequest, SimilarityRequest, TeiRerankRequest};
+use aleph_server::http::validate::{validate_inputs, validate_media, validate_text, validate_texts};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,9 +17,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     if let Ok(r) = parse::<EmbeddingRequest>(data) {
-        let items = r.input.into_vec();
-        let _ = validate_texts("input", items.clone(), &limits);
-        let _ = validate_media("input", items, &limits);
+        if let Ok(texts) = r.input.clone().texts() {
+            let _ = validate_media("input", texts, &limits);
+        }
+        let _ = validate_inputs("input", r.input, &limits);
     }
     if let Ok(r) = parse::<RerankRequest>(data) {
         let _ = validate_text("query", r.query, &limits);
@@ -28,4 +32,15 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = parse::<MediaEmbeddingRequest>(data) {
         let _ = validate_media("input", r.input.into_vec(), &limits);
     }
+    if let Ok(r) = parse::<EmbedRequest>(data) {
+        let _ = validate_inputs("inputs", r.inputs, &limits);
+    }
+    let _ = parse::<PredictRequest>(data);
+    let _ = parse::<TeiRerankRequest>(data);
+    let _ = parse::<SimilarityRequest>(data);
+    let _ = parse::<DecodeRequest>(data);
+    if let Ok(r) = parse::<CohereEmbedRequest>(data) {
+        let _ = validate_texts("texts", r.texts.unwrap_or_default(), &limits);
+    }
+    let _ = parse::<CohereRerankRequest>(data);
 });

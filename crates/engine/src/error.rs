@@ -14,6 +14,13 @@ pub enum EngineError {
     BadMedia(String),
     #[error("the request needs {tokens} tokens; at most {limit} are allowed per request (--max-request-tokens)")]
     TooManyTokens { tokens: usize, limit: usize },
+    /// The client's input cannot be used as given (too long without truncation, a token id outside the
+    /// vocabulary).
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The model cannot produce what the request asks for.
+    #[error("{0}")]
+    Unsupported(String),
     #[error("model `{0}` is shutting down")]
     ShuttingDown(String),
 }

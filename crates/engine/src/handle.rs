@@ -6,10 +6,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aleph_models::quantize::{quantize, Calibration, EmbeddingDtype, CALIBRATION_TEXT};
+use aleph_models::tokenizer::Truncation;
 use aleph_models::{
-    AudioProcessor, Batch, ImageProcessor, LoadedModel, ModelError, ModelInfo, Pixels, Task, TextTokenizer,
+    AudioProcessor, Batch, ImageProcessor, LoadedModel, Model, ModelError, ModelInfo, OutputKind, Pixels, Task,
+    TextTokenizer,
 };
 use tokio::sync::oneshot;
+
+use crate::cache::{CacheConfig, Cached, VectorCache};
 
 use crate::batcher::BatchPolicy;
 use crate::error::EngineError;
@@ -33,6 +37,13 @@ pub struct HandleConfig {
     pub embedding_dtype: EmbeddingDtype,
     /// Most tokens one request may feed the model, after truncation (0: no limit).
     pub max_request_tokens: usize,
+    /// `--vector-disk-cache`: where outputs are kept, if they are.
+    pub vector_cache: Option<CacheConfig>,
+    /// Where the model came from (`--model-id`, `--revision`) and the precision it computes in, as
+    /// `/info` reports them.
+    pub model_id: String,
+    pub revision: Option<String>,
+    pub dtype: &'static str,
 }
 
 /// One input to a model: a text, a (query, document) pair for a cross-encoder, or an encoded image
@@ -41,13 +52,24 @@ pub struct HandleConfig {
 pub enum Input {
     Text(String),
     Pair(String, String),
+    /// Token ids of the model's own vocabulary, used as given (no special tokens are added).
+    Ids(Vec<u32>),
     Image(Vec<u8>),
     /// An encoded audio clip (WAV, FLAC, MP3, OGG) for a model with an audio tower.
     Audio(Vec<u8>),
 }
 
+/// How a request wants its inputs handled; the default is what Infinity's routes do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RunOptions {
+    /// What to do with texts past the model's window.
+    pub truncation: Truncation,
+    /// What each text wants back (needs [`ModelInfo::token_outputs`] unless it is the default).
+    pub output: OutputKind,
+}
+
 /// Outputs for one request, in input order, with what they cost.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RunResult {
     /// One vector per input: an embedding, or a classifier's logits.
     pub vectors: Vec<Vec<f32>>,
@@ -59,6 +81,8 @@ pub struct RunResult {
     pub queue_time: Duration,
     /// The longest forward pass among the request's batches.
     pub inference_time: Duration,
+    /// How many of the outputs came from the vector disk cache.
+    pub cache_hits: usize,
 }
 
 /// A snapshot of a model's scheduling state.
@@ -86,17 +110,30 @@ pub struct ModelHandle {
     calibration: Option<Calibration>,
     stats: Arc<WorkerStats>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    cache: Option<Arc<VectorCache>>,
+    replicas: usize,
+    /// Ranges for int8 / uint8 requested per request (Cohere's `embedding_types`), measured on first use.
+    lazy_calibration: tokio::sync::OnceCell<Calibration>,
 }
 
 impl ModelHandle {
-    /// Warms the model up (if configured) and starts its threads.
+    /// Warms the model up (if configured) and starts its threads: one inference thread for the loaded
+    /// model and one for each of `more_replicas` (copies on other devices, or the same model again),
+    /// all fed by the one queue.
     pub fn start(
         name: String,
         loaded: LoadedModel,
+        more_replicas: Vec<Arc<dyn Model>>,
         config: HandleConfig,
         pool: Arc<TokenizerPool>,
     ) -> Result<Self, ModelError> {
         let LoadedModel { model, tokenizer, images, audio, info } = loaded;
+        let cache = match &config.vector_cache {
+            Some(c) => Some(Arc::new(VectorCache::open(c).map_err(|e| {
+                ModelError::InvalidOption(format!("--vector-disk-cache: cannot use {}: {e}", c.dir.display()))
+            })?)),
+            None => None,
+        };
         if config.warmup {
             warmup(&name, model.as_ref(), &tokenizer, &info, &config)?;
             if let Some(images) = &images {
@@ -116,10 +153,11 @@ impl ModelHandle {
         let stats = Arc::new(WorkerStats::default());
         // Rendezvous: the batcher holds the next batch until the model takes it.
         let (tx, rx) = crossbeam_channel::bounded(0);
-        let threads = vec![
-            spawn_batcher(name.clone(), queue.clone(), policy, tx),
-            spawn_inference(name.clone(), model, rx, stats.clone()),
-        ];
+        let mut threads = vec![spawn_batcher(name.clone(), queue.clone(), policy, tx)];
+        let replicas = 1 + more_replicas.len();
+        for (i, replica) in std::iter::once(model).chain(more_replicas).enumerate() {
+            threads.push(spawn_inference(name.clone(), i, replica, rx.clone(), stats.clone()));
+        }
         Ok(ModelHandle {
             name,
             info,
@@ -132,7 +170,53 @@ impl ModelHandle {
             calibration,
             stats,
             threads: Mutex::new(threads),
+            cache,
+            replicas,
+            lazy_calibration: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// Quantizes an embedding to `dtype`, whatever `--embedding-dtype` says. int8 / uint8 need the
+    /// calibration ranges: the start-up ones, or ones measured now, once, by running the shipped corpus
+    /// through the model's own queue.
+    pub async fn quantize_as(&self, dtype: EmbeddingDtype, vectors: &[Vec<f32>]) -> Result<Vec<Vec<f32>>, EngineError> {
+        let calibration = if !dtype.needs_calibration() {
+            None
+        } else if let Some(c) = &self.calibration {
+            Some(c)
+        } else {
+            Some(
+                self.lazy_calibration
+                    .get_or_try_init(|| async {
+                        let lines: Vec<Input> = CALIBRATION_TEXT
+                            .lines()
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty())
+                            .map(|l| Input::Text(l.to_string()))
+                            .collect();
+                        let out = self.compute(lines, RunOptions::default()).await?.0;
+                        Calibration::from_vectors(&out.vectors)
+                            .ok_or_else(|| EngineError::Inference("calibration produced no vectors".into()))
+                    })
+                    .await?,
+            )
+        };
+        Ok(vectors.iter().map(|v| quantize(dtype, v, calibration)).collect())
+    }
+
+    /// Inference threads behind the queue (`--device-id`).
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// The vector disk cache, when `--vector-disk-cache` is on.
+    pub fn vector_cache(&self) -> Option<&VectorCache> {
+        self.cache.as_deref()
+    }
+
+    /// The model's tokenizer (for `/tokenize` and `/decode`).
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
     }
 
     /// Applies `--embedding-dtype` to an embedding already cut to its requested dimensions.
@@ -167,12 +251,78 @@ impl ModelHandle {
     /// Runs `inputs` through the model. Dropping the returned future abandons its queued items before
     /// they cost compute.
     pub async fn run(&self, inputs: Vec<Input>) -> Result<RunResult, EngineError> {
+        self.run_with(inputs, RunOptions::default()).await
+    }
+
+    /// Like [`Self::run`], with the request's truncation and output choices.
+    pub async fn run_with(&self, inputs: Vec<Input>, opts: RunOptions) -> Result<RunResult, EngineError> {
+        if opts.output != OutputKind::Default && !self.info.token_outputs {
+            return Err(EngineError::Unsupported(format!(
+                "model `{}` ({}) returns its one output only: no per-token states or unnormalized vectors",
+                self.name, self.info.architecture
+            )));
+        }
+        let Some(cache) = self.cache.clone() else {
+            return self.compute(inputs, opts).await.map(|(result, _)| result);
+        };
+        // Hashing and file reads happen on the pool, off the async threads.
+        let lookup = {
+            let cache = cache.clone();
+            self.pool.run(move || {
+                let found: Vec<_> = inputs
+                    .iter()
+                    .map(|input| {
+                        let key = cache.key(input, &opts);
+                        (key, cache.get(&key))
+                    })
+                    .collect();
+                (inputs, found)
+            })
+        };
+        let (inputs, found) = lookup.await.ok_or_else(|| EngineError::Tokenization("cache lookup panicked".into()))?;
+        let misses: Vec<Input> =
+            inputs.into_iter().zip(&found).filter(|(_, (_, hit))| hit.is_none()).map(|(i, _)| i).collect();
+        let hits = found.len() - misses.len();
+        metrics::counter!("aleph_vector_cache_hits_total", "model" => self.name.clone()).increment(hits as u64);
+        metrics::counter!("aleph_vector_cache_misses_total", "model" => self.name.clone())
+            .increment(misses.len() as u64);
+        let (computed, costs) =
+            if misses.is_empty() { (RunResult::default(), Vec::new()) } else { self.compute(misses, opts).await? };
+        let mut fresh = computed.vectors.into_iter().zip(costs);
+        let mut to_store = Vec::new();
+        let mut result = RunResult { vectors: Vec::with_capacity(found.len()), cache_hits: hits, ..computed };
+        for (key, hit) in found {
+            match hit {
+                Some(c) => {
+                    result.prompt_tokens += c.cost;
+                    result.vectors.push(c.vector);
+                }
+                None => {
+                    let (vector, cost) = fresh.next().ok_or_else(|| EngineError::Inference("missing output".into()))?;
+                    to_store.push((key, Cached { vector: vector.clone(), cost }));
+                    result.vectors.push(vector);
+                }
+            }
+        }
+        if !to_store.is_empty() {
+            self.pool.spawn(move || {
+                for (key, cached) in to_store {
+                    cache.put(&key, &cached);
+                }
+            });
+        }
+        Ok(result)
+    }
+
+    /// Prepares, queues and awaits `inputs`; the outputs, and what each input cost.
+    async fn compute(&self, inputs: Vec<Input>, opts: RunOptions) -> Result<(RunResult, Vec<usize>), EngineError> {
         let started = Instant::now();
-        let prepared = self.prepare(inputs).await?;
+        let prepared = self.prepare(inputs, opts).await?;
         let tokenization_time = started.elapsed();
         metrics::histogram!("aleph_tokenization_duration_seconds", "model" => self.name.clone())
             .record(tokenization_time.as_secs_f64());
-        let prompt_tokens: usize = prepared.iter().map(Prepared::cost).sum();
+        let costs: Vec<usize> = prepared.iter().map(Prepared::cost).collect();
+        let prompt_tokens: usize = costs.iter().sum();
         let limit = self.config.max_request_tokens;
         if limit > 0 && prompt_tokens > limit {
             return Err(EngineError::TooManyTokens { tokens: prompt_tokens, limit });
@@ -185,8 +335,7 @@ impl ModelHandle {
             vectors: Vec::with_capacity(receivers.len()),
             prompt_tokens,
             tokenization_time,
-            queue_time: Duration::ZERO,
-            inference_time: Duration::ZERO,
+            ..RunResult::default()
         };
         for rx in receivers {
             let out = rx.await.map_err(|_| EngineError::ShuttingDown(self.name.clone()))??;
@@ -196,11 +345,11 @@ impl ModelHandle {
         }
         metrics::histogram!("aleph_queue_duration_seconds", "model" => self.name.clone())
             .record(result.queue_time.as_secs_f64());
-        Ok(result)
+        Ok((result, costs))
     }
 
     /// Tokenizes texts and decodes images on the pool, split into one chunk per pool thread.
-    async fn prepare(&self, inputs: Vec<Input>) -> Result<Vec<Prepared>, EngineError> {
+    async fn prepare(&self, inputs: Vec<Input>, opts: RunOptions) -> Result<Vec<Prepared>, EngineError> {
         let has_media = inputs.iter().any(|i| matches!(i, Input::Image(_) | Input::Audio(_)));
         // Media cost far more than texts to prepare: one per job, so they spread over the pool.
         let chunk = if has_media { 1 } else { inputs.len().div_ceil(self.pool.workers()).max(16) };
@@ -218,8 +367,15 @@ impl ModelHandle {
             jobs.push(self.pool.run(move || {
                 part.into_iter()
                     .map(|input| match input {
-                        Input::Text(t) => tok.encode(&t).map(Prepared::from).map_err(tokenization),
+                        Input::Text(t) => tok
+                            .encode_with(&t, opts.truncation)
+                            .map(|e| Prepared::Tokens(e, opts.output))
+                            .map_err(tokenization),
                         Input::Pair(a, b) => tok.encode_pair(&a, &b).map(Prepared::from).map_err(tokenization),
+                        Input::Ids(ids) => tok
+                            .from_ids(&ids, opts.truncation)
+                            .map(|e| Prepared::Tokens(e, opts.output))
+                            .map_err(tokenization),
                         Input::Image(bytes) => match &images {
                             Some(p) => p
                                 .process(&bytes)
@@ -257,7 +413,10 @@ impl ModelHandle {
 }
 
 fn tokenization(e: ModelError) -> EngineError {
-    EngineError::Tokenization(e.to_string())
+    match e {
+        ModelError::InputTooLong { .. } | ModelError::BadTokenId { .. } => EngineError::InvalidInput(e.to_string()),
+        e => EngineError::Tokenization(e.to_string()),
+    }
 }
 
 /// Embeds the shipped calibration corpus and keeps each dimension's range.

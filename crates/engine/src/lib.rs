@@ -5,6 +5,7 @@
 //! shared [`TokenizerPool`] of OS threads, never on the async runtime. Nothing here knows about HTTP.
 
 mod batcher;
+pub mod cache;
 pub mod error;
 mod handle;
 mod prepared;
@@ -14,6 +15,6 @@ mod tokenize;
 mod worker;
 
 pub use error::EngineError;
-pub use handle::{HandleConfig, Input, ModelHandle, ModelStats, RunResult};
+pub use handle::{HandleConfig, Input, ModelHandle, ModelStats, RunOptions, RunResult};
 pub use registry::ModelRegistry;
 pub use tokenize::TokenizerPool;

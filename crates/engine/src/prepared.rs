@@ -1,28 +1,23 @@
 //! An input after preprocessing: what waits in the queue and what a batch is built from.
 
-use aleph_models::{AudioFeatures, Encoded, Pixels};
+use aleph_models::{AudioFeatures, Encoded, OutputKind, Pixels};
 
 /// A tokenized text (or pair), a preprocessed image, or an audio clip's features.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Prepared {
-    Tokens(Encoded),
+    /// Token ids, and what the sequence wants back.
+    Tokens(Encoded, OutputKind),
     /// Pixels with the tokens the vision tower spends on them, so images share the token budget.
-    Image {
-        pixels: Pixels,
-        cost: usize,
-    },
+    Image { pixels: Pixels, cost: usize },
     /// Log-mel features with the tokens the audio tower spends on them.
-    Audio {
-        features: AudioFeatures,
-        cost: usize,
-    },
+    Audio { features: AudioFeatures, cost: usize },
 }
 
 impl Prepared {
     /// What the item costs against the batch's token budget.
     pub fn cost(&self) -> usize {
         match self {
-            Prepared::Tokens(e) => e.len(),
+            Prepared::Tokens(e, _) => e.len(),
             Prepared::Image { cost, .. } | Prepared::Audio { cost, .. } => *cost,
         }
     }
@@ -30,6 +25,6 @@ impl Prepared {
 
 impl From<Encoded> for Prepared {
     fn from(e: Encoded) -> Self {
-        Prepared::Tokens(e)
+        Prepared::Tokens(e, OutputKind::Default)
     }
 }

@@ -35,6 +35,16 @@ impl TokenizerPool {
         self.threads.len()
     }
 
+    /// Runs `f` on a pool thread without waiting for it (a panic in `f` is caught and dropped).
+    pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) {
+        let job: Job = Box::new(move || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        });
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send(job);
+        }
+    }
+
     /// Runs `f` on a pool thread and awaits its result. A panic in `f` comes back as `None`.
     pub async fn run<T, F>(&self, f: F) -> Option<T>
     where

@@ -53,14 +53,19 @@ pub(crate) fn spawn_batcher(
         .expect("spawning a batcher thread")
 }
 
+/// One replica's thread; replicas of a model share the batcher's channel, so whichever is free runs
+/// the next batch.
 pub(crate) fn spawn_inference(
     model_name: String,
-    model: Box<dyn Model>,
+    replica: usize,
+    model: Arc<dyn Model>,
     from_batcher: Receiver<Vec<Item>>,
     stats: Arc<WorkerStats>,
 ) -> JoinHandle<()> {
+    let thread =
+        if replica == 0 { format!("aleph-infer-{model_name}") } else { format!("aleph-infer{replica}-{model_name}") };
     std::thread::Builder::new()
-        .name(format!("aleph-infer-{model_name}"))
+        .name(thread)
         .spawn(move || {
             while let Ok(items) = from_batcher.recv() {
                 run_batch(&model_name, model.as_ref(), items, &stats);
@@ -81,7 +86,7 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
     let mut clips = Vec::new();
     for item in &items {
         match &item.input {
-            Prepared::Tokens(e) => batch.push(&e.ids, &e.type_ids),
+            Prepared::Tokens(e, output) => batch.push_as(&e.ids, &e.type_ids, *output),
             Prepared::Image { pixels, .. } => images.push(pixels.clone()),
             Prepared::Audio { features, .. } => clips.push(features.clone()),
         }
@@ -142,7 +147,7 @@ fn forward(
     items
         .iter()
         .map(|item| match item.input {
-            Prepared::Tokens(_) => texts.next(),
+            Prepared::Tokens(..) => texts.next(),
             Prepared::Image { .. } => pictures.next(),
             Prepared::Audio { .. } => sounds.next(),
         })

@@ -1,5 +1,18 @@
 //! The one contract between the engine (scheduling) and the models (compute).
 
+/// What a sequence wants back. Models that report [`crate::ModelInfo::token_outputs`] honour every kind;
+/// the others return their one output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum OutputKind {
+    /// The model's output: a pooled (and, if the model normalizes, unit) embedding, logits, or token vectors.
+    #[default]
+    Default,
+    /// The pooled embedding before L2 normalization (TEI's `normalize: false`).
+    Unnormalized,
+    /// The last hidden state of every token, row-major `len × hidden` (TEI's `/embed_all`).
+    Tokens,
+}
+
 /// Tokenized sequences packed back to back, without padding.
 ///
 /// Sequence `i` occupies `input_ids[cu_seqlens[i]..cu_seqlens[i + 1]]`. A backend that needs a padded
@@ -12,6 +25,8 @@ pub struct Batch {
     pub cu_seqlens: Vec<usize>,
     /// Length of the longest sequence.
     pub max_len: usize,
+    /// What each sequence wants back; empty means [`OutputKind::Default`] for all.
+    pub outputs: Vec<OutputKind>,
 }
 
 impl Batch {
@@ -21,11 +36,27 @@ impl Batch {
 
     /// Appends one sequence.
     pub fn push(&mut self, ids: &[u32], type_ids: &[u32]) {
+        self.push_as(ids, type_ids, OutputKind::Default);
+    }
+
+    /// Appends one sequence that wants `output` back.
+    pub fn push_as(&mut self, ids: &[u32], type_ids: &[u32], output: OutputKind) {
         debug_assert_eq!(ids.len(), type_ids.len());
+        if output != OutputKind::Default && self.outputs.len() < self.len() {
+            self.outputs.resize(self.len(), OutputKind::Default);
+        }
+        if output != OutputKind::Default || !self.outputs.is_empty() {
+            self.outputs.push(output);
+        }
         self.input_ids.extend_from_slice(ids);
         self.token_type_ids.extend_from_slice(type_ids);
         self.cu_seqlens.push(self.input_ids.len());
         self.max_len = self.max_len.max(ids.len());
+    }
+
+    /// What sequence `i` wants back.
+    pub fn output(&self, i: usize) -> OutputKind {
+        self.outputs.get(i).copied().unwrap_or_default()
     }
 
     /// Number of sequences.
@@ -74,5 +105,18 @@ mod tests {
         assert_eq!(b.max_len, 3);
         assert_eq!(b.total_tokens(), 4);
         assert_eq!(b.padded_tokens(), 6);
+        assert!(b.outputs.is_empty());
+    }
+
+    #[test]
+    fn output_kinds_line_up_with_sequences() {
+        let mut b = Batch::new();
+        b.push(&[1, 2], &[0, 0]);
+        b.push_as(&[3], &[0], OutputKind::Tokens);
+        b.push(&[4], &[0]);
+        assert_eq!(
+            (0..3).map(|i| b.output(i)).collect::<Vec<_>>(),
+            vec![OutputKind::Default, OutputKind::Tokens, OutputKind::Default]
+        );
     }
 }

@@ -19,6 +19,9 @@ pub struct ArchConfig {
     pub id2label: BTreeMap<String, String>,
     pub num_labels: Option<usize>,
     pub problem_type: Option<String>,
+    /// Remote code: transformers class names mapped to modules the repository ships (`trust_remote_code`).
+    #[serde(default)]
+    pub auto_map: BTreeMap<String, serde_json::Value>,
 }
 
 /// What a served model does, decided from its config as Infinity decides it.
@@ -51,6 +54,19 @@ impl Task {
 impl ArchConfig {
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
         read_json(&dir.join("config.json"))
+    }
+
+    /// The model class the repository's own code provides, if its `auto_map` names one (configs and
+    /// tokenizers alone do not change the model).
+    pub fn remote_model_code(&self) -> Option<String> {
+        self.auto_map.iter().find(|(k, _)| k.starts_with("AutoModel")).map(|(k, v)| {
+            let target = match v {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Array(a) => a.first().and_then(|x| x.as_str()).unwrap_or_default().to_string(),
+                other => other.to_string(),
+            };
+            format!("{k} → {target}")
+        })
     }
 
     /// `*ForSequenceClassification` with one label reranks, with more it classifies; anything else embeds.

@@ -21,7 +21,7 @@ pub struct DebugModel;
 /// A debug "model" with its byte tokenizer.
 pub fn load_debug() -> LoadedModel {
     LoadedModel {
-        model: Box::new(DebugModel),
+        model: std::sync::Arc::new(DebugModel),
         tokenizer: TextTokenizer::bytes(DEBUG_WINDOW),
         images: None,
         audio: None,
@@ -40,6 +40,8 @@ pub fn load_debug() -> LoadedModel {
             image_pixels_per_token: 0,
             audio_input: false,
             audio_cost: 0,
+            token_outputs: false,
+            prompts: Default::default(),
         },
     }
 }

@@ -21,6 +21,12 @@ pub enum ModelError {
     Forward(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// A client's input is longer than the model's window and the client asked not to truncate it.
+    #[error("the input has {tokens} tokens; the model takes at most {window} (send truncate: true to cut it)")]
+    InputTooLong { tokens: usize, window: usize },
+    /// A client's token id is outside the model's vocabulary.
+    #[error("token id {id} is outside the model's vocabulary of {vocab} tokens")]
+    BadTokenId { id: u32, vocab: usize },
 }
 
 impl From<candle_core::Error> for ModelError {

@@ -4,6 +4,7 @@
 use candle_nn::VarBuilder;
 
 use crate::batch::Batch;
+use crate::batch::OutputKind;
 use crate::encoder::TokenStates;
 use crate::pooling::{l2_normalize, pool_sequence, Pooling};
 
@@ -63,11 +64,15 @@ impl Head {
         (0..batch.len())
             .map(|i| {
                 let seq = states.sequence(batch, i);
+                let kind = batch.output(i);
+                if kind == OutputKind::Tokens {
+                    return seq.to_vec();
+                }
                 match self {
                     Head::Pool { pooling, normalize } => {
                         let mut v = Vec::with_capacity(h);
                         pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut v);
-                        if *normalize {
+                        if *normalize && kind != OutputKind::Unnormalized {
                             l2_normalize(&mut v);
                         }
                         v

@@ -20,9 +20,9 @@ pub mod quantize;
 pub mod st_config;
 pub mod tokenizer;
 
-pub use batch::{Batch, Output};
+pub use batch::{Batch, Output, OutputKind};
 pub use error::ModelError;
-pub use loader::{load, Backend, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+pub use loader::{gpu_available, load, Backend, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task};
 pub use media::audio::{AudioFeatures, AudioProcessor};
 pub use media::image::{ImageProcessor, Pixels};
 pub use media::MediaError;

@@ -35,18 +35,48 @@ struct PoolingConfig {
     pooling_mode_lasttoken: bool,
 }
 
-/// What the sentence-transformers files say about pooling, normalization and the window.
+/// The named prompts of `config_sentence_transformers.json`, prepended to texts as
+/// sentence-transformers' `encode(prompt_name=...)` does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Prompts {
+    #[serde(default)]
+    pub prompts: std::collections::BTreeMap<String, String>,
+    /// The prompt sentence-transformers applies when the caller names none.
+    #[serde(default)]
+    pub default_prompt_name: Option<String>,
+}
+
+impl Prompts {
+    /// The text to prepend for `name`, or an error listing the names there are.
+    pub fn get(&self, name: &str) -> Result<&str, String> {
+        self.prompts.get(name).map(String::as_str).ok_or_else(|| {
+            if self.prompts.is_empty() {
+                format!("prompt `{name}` is not defined: this model's config_sentence_transformers.json has no prompts")
+            } else {
+                let names: Vec<&str> = self.prompts.keys().map(String::as_str).collect();
+                format!("prompt `{name}` is not defined; this model's prompts: {}", names.join(", "))
+            }
+        })
+    }
+}
+
+/// What the sentence-transformers files say about pooling, normalization, the window and prompts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SentenceTransformerConfig {
     /// `None` when the folder has no pooling module.
     pub pooling: Option<Pooling>,
     pub normalize: bool,
     pub max_seq_length: Option<usize>,
+    pub prompts: Prompts,
 }
 
 impl SentenceTransformerConfig {
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
         let mut out = SentenceTransformerConfig::default();
+        let st = dir.join("config_sentence_transformers.json");
+        if st.exists() {
+            out.prompts = read_json(&st)?;
+        }
         let sbert = dir.join("sentence_bert_config.json");
         if sbert.exists() {
             out.max_seq_length = read_json::<SentenceBertConfig>(&sbert)?.max_seq_length;

@@ -2,6 +2,7 @@
 //! by the model's window: padding is the backend's business, and the window comes from the model.
 
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
@@ -57,6 +58,33 @@ impl SpecialTokens {
     }
 }
 
+/// How a client wants an input longer than the window handled (TEI's `truncate` and
+/// `truncation_direction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Truncation {
+    /// Cut to the window (else such an input is an error).
+    pub enabled: bool,
+    /// Cut from the start instead of the end.
+    pub left: bool,
+}
+
+impl Default for Truncation {
+    fn default() -> Self {
+        Truncation { enabled: true, left: false }
+    }
+}
+
+/// One token of `/tokenize`: its id, its text as written in the input, and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSpan {
+    pub id: u32,
+    /// The input's bytes the token covers (the token's own text for special tokens).
+    pub text: String,
+    pub special: bool,
+    /// Byte offsets into the input, start inclusive, as TEI reports them; none for special tokens.
+    pub span: Option<(usize, usize)>,
+}
+
 /// A tokenizer that truncates to the model's window. Cheap to share: all methods take `&self`.
 #[derive(Clone)]
 pub struct TextTokenizer {
@@ -64,6 +92,10 @@ pub struct TextTokenizer {
     window: usize,
     /// Text around every input, tokenized with it instead of the tokenizer's special-token template.
     template: Option<(String, String)>,
+    /// The same tokenizer cutting from the start, and one not cutting at all, each built the first time a
+    /// client asks for it.
+    left: Arc<OnceLock<Box<Tokenizer>>>,
+    uncut: Arc<OnceLock<Box<Tokenizer>>>,
 }
 
 #[derive(Clone)]
@@ -94,12 +126,115 @@ impl TextTokenizer {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-        Ok(TextTokenizer { kind: Kind::HuggingFace(Box::new(inner)), window, template: None })
+        Ok(TextTokenizer {
+            kind: Kind::HuggingFace(Box::new(inner)),
+            window,
+            template: None,
+            left: Arc::new(OnceLock::new()),
+            uncut: Arc::new(OnceLock::new()),
+        })
     }
 
     /// A byte tokenizer needing no files (ids 3..=258 are bytes, 1 and 2 frame the sequence).
     pub fn bytes(window: usize) -> Self {
-        TextTokenizer { kind: Kind::Bytes, window: window.max(2), template: None }
+        TextTokenizer {
+            kind: Kind::Bytes,
+            window: window.max(2),
+            template: None,
+            left: Arc::new(OnceLock::new()),
+            uncut: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Number of ids the model's embedding table has rows for (added tokens included).
+    pub fn vocab_size(&self) -> usize {
+        match &self.kind {
+            Kind::HuggingFace(tok) => tok.get_vocab_size(true),
+            Kind::Bytes => 259,
+        }
+    }
+
+    /// Client-given token ids, used as they are (no special tokens added), cut to the window.
+    pub fn from_ids(&self, ids: &[u32], truncation: Truncation) -> Result<Encoded, ModelError> {
+        let vocab = self.vocab_size();
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(ModelError::BadTokenId { id, vocab });
+        }
+        let keep = ids.len().min(self.window);
+        if keep < ids.len() && !truncation.enabled {
+            return Err(ModelError::InputTooLong { tokens: ids.len(), window: self.window });
+        }
+        let ids = if truncation.left { &ids[ids.len() - keep..] } else { &ids[..keep] };
+        Ok(Encoded { ids: ids.to_vec(), type_ids: vec![0; ids.len()] })
+    }
+
+    /// Tokenizes one text like [`Self::encode`], cut as the client asks: from the start, or not at all
+    /// (then an input past the window is [`ModelError::InputTooLong`]).
+    pub fn encode_with(&self, text: &str, truncation: Truncation) -> Result<Encoded, ModelError> {
+        let Kind::HuggingFace(tok) = &self.kind else {
+            return self.encode(text);
+        };
+        if self.template.is_some() || (truncation.enabled && !truncation.left) {
+            return self.encode(text);
+        }
+        if !truncation.enabled {
+            let enc = variant(&self.uncut, tok, None)?
+                .encode_fast(text, true)
+                .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            if enc.len() > self.window {
+                return Err(ModelError::InputTooLong { tokens: enc.len(), window: self.window });
+            }
+            return Ok(Encoded { ids: enc.get_ids().to_vec(), type_ids: enc.get_type_ids().to_vec() });
+        }
+        let enc =
+            self.left_tokenizer(tok)?.encode_fast(text, true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(Encoded { ids: enc.get_ids().to_vec(), type_ids: enc.get_type_ids().to_vec() })
+    }
+
+    fn left_tokenizer<'a>(&'a self, right: &Tokenizer) -> Result<&'a Tokenizer, ModelError> {
+        variant(&self.left, right, Some(self.window))
+    }
+
+    /// Every token of `text` with its byte offsets, not cut to the window (TEI's `/tokenize`).
+    pub fn tokenize(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenSpan>, ModelError> {
+        let Kind::HuggingFace(tok) = &self.kind else {
+            let enc = self.encode(text)?;
+            return Ok(enc
+                .ids
+                .iter()
+                .map(|&id| TokenSpan { id, text: String::new(), special: id < 3, span: None })
+                .collect());
+        };
+        let tok = variant(&self.uncut, tok, None)?;
+        let enc = tok.encode(text, add_special_tokens).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let spans =
+            enc.get_ids().iter().zip(enc.get_special_tokens_mask()).zip(enc.get_offsets()).zip(enc.get_tokens());
+        Ok(spans
+            .map(|(((&id, &special), &(start, stop)), token)| {
+                if special == 1 {
+                    return TokenSpan { id, text: token.clone(), special: true, span: None };
+                }
+                let bytes = text.as_bytes().get(start..stop.max(start)).unwrap_or_default();
+                TokenSpan {
+                    id,
+                    text: String::from_utf8_lossy(bytes).into_owned(),
+                    special: false,
+                    span: Some((start, stop)),
+                }
+            })
+            .collect())
+    }
+
+    /// Turns ids back into text (TEI's `/decode`).
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, ModelError> {
+        match &self.kind {
+            Kind::HuggingFace(tok) => {
+                tok.decode(ids, skip_special_tokens).map_err(|e| ModelError::Tokenizer(e.to_string()))
+            }
+            Kind::Bytes => {
+                Ok(ids.iter().filter(|&&id| (3..259).contains(&id)).map(|&id| (id - 3) as u8 as char).collect())
+            }
+        }
     }
 
     pub fn window(&self) -> usize {
@@ -167,6 +302,26 @@ impl TextTokenizer {
     }
 }
 
+/// A copy of `base` truncating at `max_length` from the start (or not at all), built once.
+fn variant<'a>(
+    slot: &'a OnceLock<Box<Tokenizer>>,
+    base: &Tokenizer,
+    max_length: Option<usize>,
+) -> Result<&'a Tokenizer, ModelError> {
+    if let Some(t) = slot.get() {
+        return Ok(t);
+    }
+    let mut copy = base.clone();
+    let params = max_length.map(|max_length| TruncationParams {
+        max_length,
+        strategy: TruncationStrategy::LongestFirst,
+        stride: 0,
+        direction: TruncationDirection::Left,
+    });
+    copy.with_truncation(params).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+    Ok(slot.get_or_init(|| Box::new(copy)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +338,55 @@ mod tests {
 #[cfg(test)]
 mod pair_tests {
     use super::*;
+
+    fn minilm_like() -> TextTokenizer {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/tiny/bert-rerank/tokenizer.json");
+        TextTokenizer::from_file(&path, 8).unwrap()
+    }
+
+    #[test]
+    fn truncation_options() {
+        let t = minilm_like();
+        let text = "one two three four five six seven eight nine ten";
+        let right = t.encode(text).unwrap();
+        assert_eq!(right.len(), 8);
+        assert_eq!(t.encode_with(text, Truncation::default()).unwrap(), right);
+        let left = t.encode_with(text, Truncation { enabled: true, left: true }).unwrap();
+        assert_eq!(left.len(), 8);
+        assert_eq!((left.ids[0], left.ids[7]), (right.ids[0], right.ids[7]), "the special tokens stay");
+        let all = t.tokenize(text, false).unwrap();
+        assert_eq!(&left.ids[1..7], &all.iter().map(|s| s.id).collect::<Vec<_>>()[all.len() - 6..]);
+        match t.encode_with(text, Truncation { enabled: false, left: false }) {
+            Err(ModelError::InputTooLong { tokens, window: 8 }) => assert_eq!(tokens, all.len() + 2),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.encode_with("one two", Truncation { enabled: false, left: false }).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn tokenize_reports_byte_offsets_and_decode_inverts() {
+        let t = minilm_like();
+        let text = "née world and more words than the window holds";
+        let spans = t.tokenize(text, true).unwrap();
+        assert!(spans.len() > 8, "not cut to the window");
+        assert!(spans[0].special && spans[0].span.is_none() && spans[0].text == "[CLS]");
+        for s in spans.iter().filter(|s| !s.special) {
+            let (start, stop) = s.span.unwrap();
+            assert_eq!(text.as_bytes()[start..stop], *s.text.as_bytes());
+        }
+        let last = spans.iter().rev().find(|s| !s.special).unwrap();
+        assert_eq!(last.span.unwrap().1, text.len(), "byte offsets: `é` counts two");
+        let ids: Vec<u32> = spans.iter().map(|s| s.id).collect();
+        assert!(t.decode(&ids, false).unwrap().starts_with("[CLS]"));
+        assert!(!t.decode(&ids, true).unwrap().contains("[CLS]"));
+        // Ids past the window are cut as the client asks, never silently out of the vocabulary.
+        assert!(matches!(t.from_ids(&[1, 2, 40_000_000], Truncation::default()), Err(ModelError::BadTokenId { .. })));
+        assert_eq!(
+            t.from_ids(&[1, 2, 3, 4, 5, 6, 7, 8, 9], Truncation { enabled: true, left: true }).unwrap().ids[0],
+            2
+        );
+    }
 
     #[test]
     fn pairs_get_segment_ids_from_the_template() {

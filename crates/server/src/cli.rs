@@ -2,6 +2,8 @@
 //! existing deployments, `INFINITY_<FLAG>`). Per-model flags repeat, or take `;`-separated lists from
 //! the environment; one value applies to every model.
 
+use aleph_models::quantize::EmbeddingDtype;
+use aleph_models::{DType, Device, PoolingChoice};
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 pub const DEFAULT_MODEL: &str = "sentence-transformers/all-MiniLM-L6-v2";
@@ -51,9 +53,9 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_REVISION", value_delimiter = ';', help_heading = "Models")]
     pub revision: Vec<String>,
 
-    /// Compute backend: auto (Aleph's CPU kernels on CPU; torch and optimum are read as auto, so Infinity
-    /// command lines work), candle (candle's tensor ops), or debugengine, a weight-free engine whose vectors
-    /// are derived from the input (for benchmarks and tests).
+    /// Compute backend: auto (Aleph's CPU kernels on CPU), candle (candle's tensor ops), or debugengine, a
+    /// weight-free engine whose vectors are derived from the input (for benchmarks and tests). Infinity's
+    /// torch, optimum and ctranslate2 select Python machinery: they are read as auto, with a log line.
     #[arg(long, env = "ALEPH_ENGINE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub engine: Vec<String>,
 
@@ -71,13 +73,89 @@ pub struct ServeArgs {
     )]
     pub max_batch_tokens: Vec<usize>,
 
-    /// Device: auto (a GPU when built with --features cuda and one is present, else the CPU), cpu, cuda, cuda:N.
+    /// Device: auto (a GPU when built with --features cuda and one is present, else the CPU), cpu, cuda, cuda:N
+    /// (Infinity's tensorrt is read as cuda).
     #[arg(long, env = "ALEPH_DEVICE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub device: Vec<String>,
 
-    /// Compute precision: auto or float32.
+    /// Replicas behind the model's one queue, as Infinity's data-parallel mode: a comma-separated list of
+    /// GPU ordinals (`0,1`: one replica on each); on the CPU, one replica per entry.
+    #[arg(long, env = "ALEPH_DEVICE_ID", value_delimiter = ';', help_heading = "Models")]
+    pub device_id: Vec<String>,
+
+    /// Compute precision: auto, float32, int8 (CPU), float16 or bfloat16 (where the device runs them; a
+    /// clear error otherwise).
     #[arg(long, env = "ALEPH_DTYPE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub dtype: Vec<String>,
+
+    /// Allow models whose family ships its modeling code as remote code (`auto_map`): Aleph runs no Python,
+    /// so such a model loads only if Aleph implements its family, else it is refused naming the code.
+    /// With false, `auto_map` is ignored, as transformers does.
+    #[arg(long, env = "ALEPH_TRUST_REMOTE_CODE", value_delimiter = ';', num_args = 0..=1,
+          default_missing_value = "true", help_heading = "Models")]
+    pub trust_remote_code: Vec<String>,
+
+    #[arg(long, hide = true, action = ArgAction::Count)]
+    pub no_trust_remote_code: u8,
+
+    /// Keep results in a bounded on-disk cache keyed by model, input and options; a hit skips the model.
+    #[arg(long, env = "ALEPH_VECTOR_DISK_CACHE", value_delimiter = ';', num_args = 0..=1,
+          default_missing_value = "true", help_heading = "Models")]
+    pub vector_disk_cache: Vec<String>,
+
+    #[arg(long, hide = true, action = ArgAction::Count)]
+    pub no_vector_disk_cache: u8,
+
+    /// Folder of the vector disk cache (one subfolder per model). Default: `$ALEPH_HOME/vector-cache`, else
+    /// `$INFINITY_HOME/.infinity_cache/vectors`, else `$HF_HOME/.infinity_cache/vectors`, else
+    /// `~/.cache/aleph/vector-cache`.
+    #[arg(long, env = "ALEPH_VECTOR_DISK_CACHE_DIR", help_heading = "Models")]
+    pub vector_disk_cache_dir: Option<std::path::PathBuf>,
+
+    /// Most bytes each model's vector disk cache keeps; the least recently used entries go first.
+    #[arg(long, env = "ALEPH_VECTOR_DISK_CACHE_MAX_BYTES", default_value_t = 256 * 1024 * 1024, help_heading = "Models")]
+    pub vector_disk_cache_max_bytes: u64,
+
+    /// Count lengths with the tokenizer. Aleph always does (usage and batching are in tokens), so this is
+    /// accepted for Infinity command lines and changes nothing.
+    #[arg(long, env = "ALEPH_LENGTHS_VIA_TOKENIZE", value_delimiter = ';', num_args = 0..=1,
+          default_missing_value = "true", help_heading = "Models")]
+    pub lengths_via_tokenize: Vec<String>,
+
+    #[arg(long, hide = true, action = ArgAction::Count)]
+    pub no_lengths_via_tokenize: u8,
+
+    /// Infinity's torch.compile switch: accepted, no effect (Aleph's kernels are compiled ahead of time).
+    #[arg(long, env = "ALEPH_COMPILE", value_delimiter = ';', num_args = 0..=1, default_missing_value = "true",
+          help_heading = "Infinity compatibility (no effect)")]
+    pub compile: Vec<String>,
+
+    #[arg(long, hide = true, action = ArgAction::Count)]
+    pub no_compile: u8,
+
+    /// Infinity's BetterTransformer switch: accepted, no effect (Aleph's attention is fused already).
+    #[arg(long, env = "ALEPH_BETTERTRANSFORMER", value_delimiter = ';', num_args = 0..=1,
+          default_missing_value = "true", help_heading = "Infinity compatibility (no effect)")]
+    pub bettertransformer: Vec<String>,
+
+    #[arg(long, hide = true, action = ArgAction::Count)]
+    pub no_bettertransformer: u8,
+
+    /// Infinity's ONNX graph-optimization switch (optimum engine): accepted, no effect.
+    #[arg(long, env = "ALEPH_ONNX_DISABLE_OPTIMIZE", value_delimiter = ';', num_args = 0..=1,
+          default_missing_value = "true", help_heading = "Infinity compatibility (no effect)")]
+    pub onnx_disable_optimize: Vec<String>,
+
+    #[arg(long, hide = true, action = ArgAction::Count)]
+    pub no_onnx_disable_optimize: u8,
+
+    /// Infinity's preference for quantized ONNX files (optimum engine): accepted, no effect.
+    #[arg(long, env = "ALEPH_ONNX_DO_NOT_PREFER_QUANTIZED", value_delimiter = ';', num_args = 0..=1,
+          default_missing_value = "true", help_heading = "Infinity compatibility (no effect)")]
+    pub onnx_do_not_prefer_quantized: Vec<String>,
+
+    #[arg(long, hide = true, action = ArgAction::Count)]
+    pub no_onnx_do_not_prefer_quantized: u8,
 
     /// Pooling: auto (from the model's sentence-transformers files), mean, cls or last-token.
     #[arg(long, env = "ALEPH_POOLING_METHOD", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
@@ -199,6 +277,11 @@ pub struct ServeArgs {
     #[arg(long, overrides_with = "preload_only", hide = true)]
     pub no_preload_only: bool,
 
+    /// The path a reverse proxy strips before requests reach Aleph (FastAPI's `root_path`): the OpenAPI
+    /// document lists it as its server, so the docs page calls the proxied URLs.
+    #[arg(long, env = "ALEPH_PROXY_ROOT_PATH", default_value = "", help_heading = "Server")]
+    pub proxy_root_path: String,
+
     /// Where GET / redirects to; empty disables the redirect.
     #[arg(long, env = "ALEPH_REDIRECT_SLASH", default_value = "/docs", help_heading = "Server")]
     pub redirect_slash: String,
@@ -214,7 +297,8 @@ fn parse_url_prefix(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// Everything needed to load and serve one model.
+/// Everything needed to load and serve one model, every option already parsed: a bad value is refused
+/// before anything is downloaded or loaded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {
     pub model_id: String,
@@ -223,10 +307,14 @@ pub struct ModelSpec {
     pub engine: Engine,
     pub batch_size: usize,
     pub max_batch_tokens: usize,
-    pub device: String,
-    pub dtype: String,
-    pub pooling_method: String,
-    pub embedding_dtype: String,
+    pub device: Device,
+    /// `--device-id`: the GPU ordinals (or, on the CPU, the count) of the replicas; empty means one.
+    pub device_ids: Vec<usize>,
+    pub dtype: DType,
+    pub pooling: PoolingChoice,
+    pub embedding_dtype: EmbeddingDtype,
+    pub trust_remote_code: bool,
+    pub vector_disk_cache: bool,
     pub warmup: bool,
     /// `--media-max-pixels`, applied by the model's image processor.
     pub max_image_pixels: u64,
@@ -250,45 +338,107 @@ impl ServeArgs {
         let n = ids.len();
         let names = per_model("--served-model-name", &self.served_model_name, n)?;
         let revisions = per_model("--revision", &self.revision, n)?;
-        let engines = per_model("--engine", &self.engine, n)?;
+        let engines = parsed("--engine", &self.engine, n, "auto")?;
         let batch = per_model("--batch-size", &self.batch_size, n)?;
         let tokens = per_model("--max-batch-tokens", &self.max_batch_tokens, n)?;
-        let device = per_model("--device", &self.device, n)?;
-        let dtype = per_model("--dtype", &self.dtype, n)?;
-        let pooling = per_model("--pooling-method", &self.pooling_method, n)?;
-        let embedding_dtype = per_model("--embedding-dtype", &self.embedding_dtype, n)?;
-        let engines = engines
-            .into_iter()
-            .map(|e| e.as_deref().unwrap_or("auto").parse::<Engine>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("--engine: {e}"))?;
-        let specs: Vec<ModelSpec> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| ModelSpec {
+        let device: Vec<Device> = parsed("--device", &self.device, n, "auto")?;
+        let device_ids = per_model("--device-id", &self.device_id, n)?;
+        let dtype: Vec<DType> = parsed("--dtype", &self.dtype, n, "auto")?;
+        let pooling: Vec<PoolingChoice> = parsed("--pooling-method", &self.pooling_method, n, "auto")?;
+        let embedding_dtype: Vec<EmbeddingDtype> = parsed("--embedding-dtype", &self.embedding_dtype, n, "float32")?;
+        let trust = switch("--trust-remote-code", &self.trust_remote_code, self.no_trust_remote_code, n, true)?;
+        let cache = switch("--vector-disk-cache", &self.vector_disk_cache, self.no_vector_disk_cache, n, false)?;
+        let mut specs = Vec::with_capacity(n);
+        for (i, id) in ids.iter().enumerate() {
+            let device_ids = match device_ids[i].as_deref() {
+                None => Vec::new(),
+                Some(list) => parse_device_ids(list).map_err(|e| format!("--device-id: {e}"))?,
+            };
+            let spec = ModelSpec {
                 engine: engines[i],
                 model_id: id.clone(),
                 served_name: names[i].clone().filter(|s| !s.is_empty()).unwrap_or_else(|| default_served_name(id)),
                 revision: revisions[i].clone().filter(|s| !s.is_empty()),
                 batch_size: batch[i].unwrap_or(32),
                 max_batch_tokens: tokens[i].unwrap_or(16384),
-                device: device[i].clone().unwrap_or_else(|| "auto".into()),
-                dtype: dtype[i].clone().unwrap_or_else(|| "auto".into()),
-                pooling_method: pooling[i].clone().unwrap_or_else(|| "auto".into()),
-                embedding_dtype: embedding_dtype[i].clone().unwrap_or_else(|| "float32".into()),
+                device: device[i],
+                device_ids,
+                dtype: dtype[i],
+                pooling: pooling[i],
+                embedding_dtype: embedding_dtype[i],
+                trust_remote_code: trust[i],
+                vector_disk_cache: cache[i],
                 warmup: self.warmup(),
                 max_image_pixels: self.media_max_pixels,
                 max_audio_seconds: self.media_max_seconds,
                 max_request_tokens: self.max_request_tokens,
-            })
-            .collect();
-        for spec in &specs {
+            };
             if spec.batch_size == 0 {
                 return Err("--batch-size must be at least 1".into());
             }
+            specs.push(spec);
         }
         Ok(specs)
     }
+
+    /// What Infinity's Python-only switches were set to, for the log line saying they change nothing.
+    pub fn no_effect_flags(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let flags: [(&str, &Vec<String>, u8); 5] = [
+            ("--compile", &self.compile, self.no_compile),
+            ("--bettertransformer", &self.bettertransformer, self.no_bettertransformer),
+            ("--onnx-disable-optimize", &self.onnx_disable_optimize, self.no_onnx_disable_optimize),
+            (
+                "--onnx-do-not-prefer-quantized",
+                &self.onnx_do_not_prefer_quantized,
+                self.no_onnx_do_not_prefer_quantized,
+            ),
+            ("--lengths-via-tokenize", &self.lengths_via_tokenize, self.no_lengths_via_tokenize),
+        ];
+        for (flag, values, negated) in flags {
+            if !values.is_empty() || negated > 0 {
+                out.push(flag.to_string());
+            }
+        }
+        for engine in &self.engine {
+            if let Some(python) = Engine::python_name(engine) {
+                out.push(format!("--engine {python}"));
+            }
+        }
+        out
+    }
+
+    /// Where the vector disk cache lives when `--vector-disk-cache-dir` is not given.
+    pub fn vector_cache_root(&self) -> std::path::PathBuf {
+        if let Some(dir) = &self.vector_disk_cache_dir {
+            return dir.clone();
+        }
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+        if let Some(home) = var("ALEPH_HOME") {
+            return home.join("vector-cache");
+        }
+        if let Some(home) = var("INFINITY_HOME").or_else(|| var("HF_HOME")) {
+            return home.join(".infinity_cache").join("vectors");
+        }
+        let cache = var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")));
+        cache.unwrap_or_else(|| std::path::PathBuf::from(".")).join("aleph").join("vector-cache")
+    }
+}
+
+/// `0,1,3` → the ordinals; an empty list means one replica.
+fn parse_device_ids(list: &str) -> Result<Vec<usize>, String> {
+    let ids: Vec<usize> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>().map_err(|_| format!("`{s}` is not a device ordinal (expected e.g. 0,1)")))
+        .collect::<Result<_, _>>()?;
+    for (i, id) in ids.iter().enumerate() {
+        if ids[..i].contains(id) {
+            return Err(format!("device {id} is listed twice"));
+        }
+    }
+    Ok(ids)
 }
 
 /// Which backend computes a model.
@@ -299,16 +449,72 @@ pub enum Engine {
     Debug,
 }
 
+impl Engine {
+    /// Infinity's engines that select Python machinery; Aleph runs its own instead.
+    fn python_name(s: &str) -> Option<&'static str> {
+        match s.to_ascii_lowercase().as_str() {
+            "torch" => Some("torch"),
+            "optimum" => Some("optimum"),
+            "ctranslate2" => Some("ctranslate2"),
+            _ => None,
+        }
+    }
+}
+
 impl std::str::FromStr for Engine {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if Engine::python_name(s).is_some() {
+            return Ok(Engine::Auto);
+        }
         match s.to_ascii_lowercase().as_str() {
-            "auto" | "torch" | "optimum" => Ok(Engine::Auto),
+            "auto" => Ok(Engine::Auto),
             "candle" => Ok(Engine::Candle),
             "debugengine" | "debug" => Ok(Engine::Debug),
-            other => Err(format!("unknown engine `{other}` (expected auto, candle or debugengine)")),
+            "neuron" => Err("engine `neuron` runs on AWS Inferentia through Python; Aleph does not support it \
+                             (use auto or candle)"
+                .into()),
+            other => Err(format!(
+                "unknown engine `{other}` (expected auto, candle or debugengine; torch, optimum and ctranslate2 \
+                 are read as auto)"
+            )),
         }
+    }
+}
+
+/// A per-model flag parsed into its type, broadcast like [`per_model`].
+fn parsed<T: std::str::FromStr<Err = String>>(
+    flag: &str,
+    values: &[String],
+    models: usize,
+    default: &str,
+) -> Result<Vec<T>, String> {
+    per_model(flag, values, models)?
+        .into_iter()
+        .map(|v| v.as_deref().unwrap_or(default).parse::<T>().map_err(|e| format!("{flag}: {e}")))
+        .collect()
+}
+
+/// A per-model `--flag [BOOL]` / `--no-flag` switch, as Infinity's typer options take it (`;` lists in the
+/// environment). `--no-flag` alone means false for every model.
+fn switch(flag: &str, values: &[String], negated: u8, models: usize, default: bool) -> Result<Vec<bool>, String> {
+    let mut values: Vec<String> = values.iter().filter(|v| !v.is_empty()).cloned().collect();
+    values.extend(std::iter::repeat_n("false".to_string(), negated as usize));
+    per_model(flag, &values, models)?
+        .into_iter()
+        .map(|v| match v {
+            None => Ok(default),
+            Some(v) => parse_bool(&v).ok_or_else(|| format!("{flag}: `{v}` is not true or false")),
+        })
+        .collect()
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "t" | "1" | "yes" | "y" => Some(true),
+        "false" | "f" | "0" | "no" | "n" => Some(false),
+        _ => None,
     }
 }
 
@@ -397,6 +603,54 @@ mod tests {
         assert!(!a.warmup());
         assert!(parse(&["aleph"]).warmup());
         assert!(!parse(&["aleph", "--model-warmup", "false"]).warmup());
+    }
+
+    #[test]
+    fn infinity_switches_take_every_form() {
+        let a =
+            parse(&["aleph", "--model-id", "a", "--model-id", "b", "--no-trust-remote-code", "--vector-disk-cache"]);
+        let specs = a.model_specs().unwrap();
+        assert!(specs.iter().all(|s| !s.trust_remote_code && s.vector_disk_cache));
+        let a = parse(&[
+            "aleph",
+            "--model-id",
+            "a",
+            "--model-id",
+            "b",
+            "--trust-remote-code",
+            "false",
+            "--trust-remote-code",
+            "true",
+        ]);
+        let specs = a.model_specs().unwrap();
+        assert_eq!((specs[0].trust_remote_code, specs[1].trust_remote_code), (false, true));
+        let specs = parse(&["aleph", "--model-id", "a"]).model_specs().unwrap();
+        assert!(specs[0].trust_remote_code && !specs[0].vector_disk_cache, "Infinity's defaults");
+        let a =
+            parse(&["aleph", "--model-id", "a", "--device-id", "0,2", "--dtype", "int8", "--engine", "ctranslate2"]);
+        let spec = &a.model_specs().unwrap()[0];
+        assert_eq!(spec.device_ids, vec![0, 2]);
+        assert_eq!(spec.dtype, DType::Int8);
+        assert_eq!(spec.engine, Engine::Auto);
+        assert!(a.no_effect_flags().contains(&"--engine ctranslate2".to_string()));
+        let a = parse(&["aleph", "--compile", "--no-bettertransformer", "--lengths-via-tokenize"]);
+        assert_eq!(a.no_effect_flags(), vec!["--compile", "--bettertransformer", "--lengths-via-tokenize"]);
+        assert!(parse(&["aleph"]).no_effect_flags().is_empty());
+    }
+
+    #[test]
+    fn bad_values_are_refused_before_loading() {
+        for args in [
+            &["aleph", "--dtype", "fp8"][..],
+            &["aleph", "--embedding-dtype", "int4"],
+            &["aleph", "--pooling-method", "max"],
+            &["aleph", "--device", "mps"],
+            &["aleph", "--engine", "neuron"],
+            &["aleph", "--device-id", "0,0"],
+            &["aleph", "--vector-disk-cache", "perhaps"],
+        ] {
+            assert!(parse(args).model_specs().is_err(), "{args:?}");
+        }
     }
 
     #[test]

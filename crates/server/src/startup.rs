@@ -4,10 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::path::PathBuf;
+
+use aleph_engine::cache::CacheConfig;
 use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
 use aleph_models::media::audio::AudioLimits;
 use aleph_models::media::image::ImageLimits;
-use aleph_models::{hub, Backend, LoadOptions};
+use aleph_models::{hub, Backend, Device, LoadOptions};
 use anyhow::{anyhow, Context};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -20,6 +23,18 @@ use crate::http::{self, HttpConfig};
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let specs = args.model_specs().map_err(|e| anyhow!(e))?;
+    let ignored = args.no_effect_flags();
+    if !ignored.is_empty() {
+        tracing::info!(
+            "{} select Infinity's Python machinery (torch.compile, BetterTransformer, ONNX/CTranslate2 engines) \
+             or lengths Aleph always counts with the tokenizer: accepted, no effect",
+            ignored.join(", ")
+        );
+    }
+    if std::env::var_os("ALEPH_CALIBRATION_DATASET_URL").is_some() {
+        tracing::info!("INFINITY_CALIBRATION_DATASET_URL is ignored: the int8 calibration corpus ships in the binary");
+    }
+    let cache_root = args.vector_cache_root();
     let metrics = install_metrics();
     let workers =
         args.tokenizer_workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
@@ -43,6 +58,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         metrics,
         Some(args.api_key.clone()).filter(|k| !k.is_empty()),
         fetcher,
+        pool.clone(),
     ));
 
     // The port opens first: /health answers 503 while the models load, so orchestrators can tell
@@ -57,6 +73,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 redirect_slash: args.redirect_slash.clone(),
                 permissive_cors: args.permissive_cors && !args.no_permissive_cors,
                 payload_limit: args.payload_limit,
+                proxy_root_path: args.proxy_root_path.clone(),
             },
         );
         let addr = format!("{}:{}", args.host, args.port);
@@ -72,7 +89,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         for spec in specs {
             let pool = pool.clone();
             let queue_size = args.queue_size;
-            let handle = tokio::task::spawn_blocking(move || load_model(&spec, queue_size, pool)).await??;
+            let cache = spec.vector_disk_cache.then(|| (cache_root.clone(), args.vector_disk_cache_max_bytes));
+            let handle = tokio::task::spawn_blocking(move || load_model(&spec, queue_size, cache, pool)).await??;
             handles.push(Arc::new(handle));
         }
         anyhow::Ok(Arc::new(ModelRegistry::new(handles).map_err(|e| anyhow!(e))?))
@@ -103,24 +121,36 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves, loads and starts one model. Errors name the model.
-fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> anyhow::Result<ModelHandle> {
+/// Resolves, loads and starts one model (with its replicas). Errors name the model.
+fn load_model(
+    spec: &ModelSpec,
+    queue_size: usize,
+    cache: Option<(PathBuf, u64)>,
+    pool: Arc<TokenizerPool>,
+) -> anyhow::Result<ModelHandle> {
     let t0 = Instant::now();
     let ctx = || format!("loading model `{}`", spec.model_id);
     let opts = LoadOptions {
-        pooling: spec.pooling_method.parse().map_err(|e: String| anyhow!("--pooling-method: {e}"))?,
-        dtype: spec.dtype.parse().map_err(|e: String| anyhow!("--dtype: {e}"))?,
-        device: spec.device.parse().map_err(|e: String| anyhow!("--device: {e}"))?,
+        pooling: spec.pooling,
+        dtype: spec.dtype,
+        device: spec.device,
         backend: if spec.engine == Engine::Candle { Backend::Candle } else { Backend::Auto },
         image_limits: ImageLimits { max_pixels: spec.max_image_pixels },
         audio_limits: AudioLimits { max_seconds: spec.max_audio_seconds },
+        trust_remote_code: spec.trust_remote_code,
     };
-    let (loaded, source) = match spec.engine {
-        Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string()),
+    let on_gpus = !spec.device_ids.is_empty()
+        && (matches!(spec.device, Device::Cuda(_)) || (spec.device == Device::Auto && aleph_models::gpu_available()));
+    let first_opts = match (on_gpus, spec.device_ids.first()) {
+        (true, Some(&id)) => LoadOptions { device: Device::Cuda(id), ..opts.clone() },
+        _ => opts.clone(),
+    };
+    let (loaded, source, dir) = match spec.engine {
+        Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string(), None),
         Engine::Auto | Engine::Candle => {
             let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress).with_context(ctx)?;
-            (aleph_models::load(&dir, &opts).with_context(ctx)?, dir.display().to_string())
+            (aleph_models::load(&dir, &first_opts).with_context(ctx)?, dir.display().to_string(), Some(dir))
         }
     };
     if spec.max_batch_tokens < loaded.info.window {
@@ -143,15 +173,101 @@ fn load_model(spec: &ModelSpec, queue_size: usize, pool: Arc<TokenizerPool>) -> 
         if loaded.info.normalize { ", normalized" } else { "" },
         t0.elapsed().as_secs_f64()
     );
+    // Infinity's data parallelism: a copy per listed GPU; on the CPU the replicas share the weights
+    // (the cores are shared anyway), each running its own batches.
+    let mut more_replicas = Vec::new();
+    for &id in spec.device_ids.iter().skip(1) {
+        if on_gpus {
+            let dir = dir.as_ref().ok_or_else(|| anyhow!("the debug engine has no GPU replicas"))?;
+            let replica = aleph_models::load(dir, &LoadOptions { device: Device::Cuda(id), ..opts.clone() })
+                .with_context(|| format!("loading `{}` on cuda:{id}", spec.model_id))?;
+            more_replicas.push(replica.model);
+        } else {
+            more_replicas.push(loaded.model.clone());
+        }
+    }
+    let vector_cache = match cache {
+        Some((root, max_bytes)) => Some(CacheConfig {
+            dir: root.join(cache_folder_name(&spec.served_name)),
+            max_bytes,
+            fingerprint: fingerprint(spec, dir.as_deref(), loaded.info.backend),
+        }),
+        None => None,
+    };
+    if let Some(c) = &vector_cache {
+        tracing::info!(
+            model = spec.served_name,
+            "vector disk cache in {} (at most {} bytes)",
+            c.dir.display(),
+            c.max_bytes
+        );
+    }
     let config = HandleConfig {
         batch_size: spec.batch_size,
         max_batch_tokens: spec.max_batch_tokens,
         queue_size,
         warmup: spec.warmup,
-        embedding_dtype: spec.embedding_dtype.parse().map_err(|e: String| anyhow!("--embedding-dtype: {e}"))?,
+        embedding_dtype: spec.embedding_dtype,
         max_request_tokens: spec.max_request_tokens,
+        vector_cache,
+        model_id: spec.model_id.clone(),
+        revision: spec.revision.clone(),
+        dtype: match spec.dtype {
+            aleph_models::DType::Int8 => "int8",
+            _ => "float32",
+        },
     };
-    ModelHandle::start(spec.served_name.clone(), loaded, config, pool).with_context(ctx)
+    ModelHandle::start(spec.served_name.clone(), loaded, more_replicas, config, pool).with_context(ctx)
+}
+
+/// A served name as one folder name.
+fn cache_folder_name(served: &str) -> String {
+    served.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '.') { c } else { '_' }).collect()
+}
+
+/// What decides a model's outputs: where it came from, the files as loaded (name, size, modification
+/// time), and the options that change the computation. Any change gives a new fingerprint, so stale
+/// entries are never served; they age out of the bounded folder.
+fn fingerprint(spec: &ModelSpec, dir: Option<&std::path::Path>, backend: &str) -> String {
+    let mut files = Vec::new();
+    if let Some(dir) = dir {
+        collect_files(dir, dir, 0, &mut files);
+    }
+    files.sort();
+    format!(
+        "aleph-v1|{}|{}|{:?}|{}|{}|{:?}|{:?}|{}",
+        spec.model_id,
+        spec.revision.as_deref().unwrap_or(""),
+        spec.engine,
+        backend,
+        spec.dtype.name(),
+        spec.pooling,
+        spec.device,
+        files.join(";")
+    )
+}
+
+fn collect_files(root: &std::path::Path, dir: &std::path::Path, depth: usize, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        // Follows links: the HF cache's snapshot files are links into blobs/.
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if meta.is_dir() {
+            if depth < 2 {
+                collect_files(root, &path, depth + 1, out);
+            }
+            continue;
+        }
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = path.strip_prefix(root).unwrap_or(&path).display().to_string();
+        out.push(format!("{name}:{}:{modified}", meta.len()));
+    }
 }
 
 fn install_metrics() -> Option<PrometheusHandle> {

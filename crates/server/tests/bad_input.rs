@@ -51,7 +51,7 @@ fn cases() -> Vec<Case> {
         case("input null", "/embeddings", r#"{"input": null}"#, 422),
         case("input nested list", "/embeddings", r#"{"input": [["a"]]}"#, 422),
         case("input list with null", "/embeddings", r#"{"input": ["a", null]}"#, 422),
-        case("input token ids", "/embeddings", r#"{"input": [[1, 2, 3]]}"#, 422),
+        case("input token ids past the vocabulary", "/embeddings", r#"{"input": [[1, 2, 4000000000]]}"#, 422),
         case("model number", "/embeddings", r#"{"input": "a", "model": 1}"#, 422),
         case("encoding_format number", "/embeddings", r#"{"input": "a", "encoding_format": 1}"#, 422),
         case("encoding_format unknown", "/embeddings", r#"{"input": "a", "encoding_format": "hex"}"#, 422),
@@ -158,8 +158,19 @@ fn cases() -> Vec<Case> {
         path: "/embeddings",
         body: b"input=hello".to_vec(),
         content_type: Some("application/x-www-form-urlencoded"),
-        status: 422,
+        status: 415,
     });
+    // A JSON body under another content type is refused too, as FastAPI refuses it.
+    for (what, content_type) in [("text/plain JSON", "text/plain"), ("garbage content type", "garbage")] {
+        v.push(Case {
+            what,
+            method: "POST",
+            path: "/embeddings",
+            body: br#"{"input": "hello"}"#.to_vec(),
+            content_type: Some(content_type),
+            status: 415,
+        });
+    }
     v.push(Case {
         what: "missing content type, bad body",
         method: "POST",

@@ -53,8 +53,14 @@ fn base64_equals_float_and_dimensions_slice() {
     let decoded: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(decoded, floats(&float["data"][0]["embedding"]), "bit-identical");
 
+    // A prefix, rescaled to unit length (OpenAI's, TEI's and sentence-transformers' answer).
     let sliced = s.post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 8})).json();
-    assert_eq!(floats(&sliced["data"][0]["embedding"]), decoded[..8].to_vec(), "a prefix, not re-normalized");
+    let sliced = floats(&sliced["data"][0]["embedding"]);
+    let norm: f32 = decoded[..8].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(norm < 0.9, "the bare prefix is not unit: {norm}");
+    let expected: Vec<f32> = decoded[..8].iter().map(|x| x / norm).collect();
+    assert_eq!(sliced.len(), 8);
+    assert!(sliced.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-6), "{sliced:?} vs {expected:?}");
     let zero = s.post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 0})).json();
     assert_eq!(floats(&zero["data"][0]["embedding"]).len(), 384);
     for bad in [385, -1, 100000] {
@@ -73,7 +79,10 @@ fn schema_errors_are_422_in_the_openai_envelope() {
     let cases: &[(&str, &str)] = &[
         (r#"{"input":[]}"#, "empty list"),
         (r#"{"input":["a","b","c","d","e"]}"#, "too many items"),
-        (r#"{"input":[1,2]}"#, "numbers"),
+        (r#"{"input":[1.5,2]}"#, "fractional token ids"),
+        (r#"{"input":[1,"a"]}"#, "ids mixed with a string in one list"),
+        (r#"{"input":[[]]}"#, "an empty token-id list"),
+        (r#"{"input":[999999999]}"#, "a token id outside the vocabulary"),
         (r#"{"input":null}"#, "null"),
         (r#"{"input":{"a":1}}"#, "object"),
         (r#"{}"#, "missing input"),

@@ -70,7 +70,13 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColPaliForRetrieval".into()),
         ..page_retriever_info(model.dim(), window, file_bytes(dir)?, model.tokens_per_image())
     };
-    Ok(LoadedModel { model: Box::new(ColPaliModel(model)), tokenizer, images: Some(images), audio: None, info })
+    Ok(LoadedModel {
+        model: std::sync::Arc::new(ColPaliModel(model)),
+        tokenizer,
+        images: Some(images),
+        audio: None,
+        info,
+    })
 }
 
 struct ColPaliModel(ColPali);

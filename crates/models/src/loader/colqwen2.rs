@@ -73,7 +73,13 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
         image_pixels_per_token: factor as usize * factor as usize,
         ..page_retriever_info(model.dim(), window, file_bytes(dir)?, model.prompt_len())
     };
-    Ok(LoadedModel { model: Box::new(ColQwen2Model(model)), tokenizer, images: Some(images), audio: None, info })
+    Ok(LoadedModel {
+        model: std::sync::Arc::new(ColQwen2Model(model)),
+        tokenizer,
+        images: Some(images),
+        audio: None,
+        info,
+    })
 }
 
 struct ColQwen2Model(ColQwen2);

@@ -73,6 +73,11 @@ pub struct ModelInfo {
     pub audio_input: bool,
     /// Token-equivalents one clip costs in a batch (the audio tower's first-stage tokens).
     pub audio_cost: usize,
+    /// Whether the model honours every [`crate::OutputKind`] (unnormalized pooling, per-token states);
+    /// models without it return their one output.
+    pub token_outputs: bool,
+    /// Named prompts from `config_sentence_transformers.json` (TEI's `prompt_name`, Cohere's `input_type`).
+    pub prompts: crate::st_config::Prompts,
 }
 
 impl ModelInfo {
@@ -96,7 +101,7 @@ impl ModelInfo {
 }
 
 pub struct LoadedModel {
-    pub model: Box<dyn Model>,
+    pub model: std::sync::Arc<dyn Model>,
     pub tokenizer: TextTokenizer,
     /// Decodes and prepares images, for models with image input.
     pub images: Option<ImageProcessor>,
@@ -122,7 +127,11 @@ impl FromStr for Device {
         match s.as_str() {
             "auto" => Ok(Device::Auto),
             "cpu" => Ok(Device::Cpu),
-            "cuda" => Ok(Device::Cuda(0)),
+            // Infinity's tensorrt is ONNX Runtime's TensorRT provider on a GPU: here, Aleph's CUDA path.
+            "cuda" | "tensorrt" => Ok(Device::Cuda(0)),
+            "mps" | "xla" | "npu" => {
+                Err(format!("device `{s}` is not supported by Aleph (expected auto, cpu, cuda or cuda:N)"))
+            }
             other => match other.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
                 Some(n) => Ok(Device::Cuda(n)),
                 None => Err(format!("unknown device `{other}` (expected auto, cpu, cuda or cuda:N)")),
@@ -147,6 +156,11 @@ impl Device {
     }
 }
 
+/// Whether this build can compute on a GPU, and one is present.
+pub fn gpu_available() -> bool {
+    candle_core::utils::cuda_is_available()
+}
+
 /// Weight precision for compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DType {
@@ -155,6 +169,21 @@ pub enum DType {
     Float32,
     /// Linear layers with int8 weights and per-row dynamically quantized activations (CPU path).
     Int8,
+    /// Half precision, where the device computes it (GPUs).
+    Float16,
+    BFloat16,
+}
+
+impl DType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Auto => "auto",
+            DType::Float32 => "float32",
+            DType::Int8 => "int8",
+            DType::Float16 => "float16",
+            DType::BFloat16 => "bfloat16",
+        }
+    }
 }
 
 impl FromStr for DType {
@@ -165,7 +194,12 @@ impl FromStr for DType {
             "auto" => Ok(DType::Auto),
             "float32" | "fp32" | "f32" => Ok(DType::Float32),
             "int8" => Ok(DType::Int8),
-            other => Err(format!("dtype `{other}` is not supported (expected auto, float32 or int8)")),
+            "float16" | "fp16" | "f16" | "half" => Ok(DType::Float16),
+            "bfloat16" | "bf16" => Ok(DType::BFloat16),
+            "fp8" => Err("dtype `fp8` is not supported (expected auto, float32, float16, bfloat16 or int8)".into()),
+            other => {
+                Err(format!("dtype `{other}` is not supported (expected auto, float32, float16, bfloat16 or int8)"))
+            }
         }
     }
 }
@@ -190,11 +224,21 @@ pub struct LoadOptions {
     pub image_limits: ImageLimits,
     /// What a client's audio clip may cost (models with audio input).
     pub audio_limits: AudioLimits,
+    /// `--trust-remote-code`: whether a model's `auto_map` counts (see [`check_remote_code`]).
+    pub trust_remote_code: bool,
 }
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let arch = ArchConfig::read(dir)?;
+    check_remote_code(&arch, opts.trust_remote_code)?;
+    if matches!(opts.dtype, DType::Float16 | DType::BFloat16) {
+        return Err(ModelError::InvalidOption(format!(
+            "--dtype {} is not available on this build's devices: Aleph's CPU kernels compute float32 or int8, \
+             and its candle path float32 (use --dtype auto, float32 or int8)",
+            opts.dtype.name()
+        )));
+    }
     match arch.model_type.as_str() {
         "clip" => return load_clip(dir, &arch, opts),
         "clap" => return load_clap(dir, &arch, opts),
@@ -210,6 +254,29 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
             arch.model_type, arch.architectures
         ))),
     }
+}
+
+/// Aleph runs no Python. A model whose repository ships its own modeling code loads only if Aleph
+/// implements that family; none of today's families need remote code, so such a model is refused rather
+/// than run as the plain architecture its `model_type` names (jina-bert-v2 says `bert`, and plain BERT
+/// would return wrong vectors). Without trust, transformers ignores `auto_map` and so does Aleph.
+pub fn check_remote_code(arch: &ArchConfig, trust: bool) -> Result<(), ModelError> {
+    let Some(code) = arch.remote_model_code() else {
+        return Ok(());
+    };
+    if !trust {
+        tracing::warn!(
+            "config.json names remote code ({code}); --trust-remote-code is off, so it is ignored and the model \
+             loads as transformers' own `{}`",
+            arch.model_type
+        );
+        return Ok(());
+    }
+    Err(ModelError::Unsupported(format!(
+        "this model ships its own modeling code (auto_map: {code}); Aleph runs no Python and does not implement \
+         that code (--no-trust-remote-code loads the plain `{}` architecture instead, as transformers does)",
+        arch.model_type
+    )))
 }
 
 fn load_bert_family(
@@ -291,9 +358,12 @@ fn load_bert_family(
         image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
+        // The head sees every token's state: it can skip normalization or return the states themselves.
+        token_outputs: true,
+        prompts: st.prompts.clone(),
     };
     let model = EncoderModel { encoder, head };
-    Ok(LoadedModel { model: Box::new(model), tokenizer, images: None, audio: None, info })
+    Ok(LoadedModel { model: std::sync::Arc::new(model), tokenizer, images: None, audio: None, info })
 }
 
 /// SmoothQuant for `--dtype int8`; `ALEPH_INT8_SMOOTHING=off` turns it off (for comparisons).
@@ -365,8 +435,16 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
+        token_outputs: false,
+        prompts: Default::default(),
     };
-    Ok(LoadedModel { model: Box::new(ClipModel { towers }), tokenizer, images: Some(images), audio: None, info })
+    Ok(LoadedModel {
+        model: std::sync::Arc::new(ClipModel { towers }),
+        tokenizer,
+        images: Some(images),
+        audio: None,
+        info,
+    })
 }
 
 enum ClipTowers {
@@ -425,8 +503,16 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         image_pixels_per_token: 0,
         audio_input: true,
         audio_cost,
+        token_outputs: false,
+        prompts: Default::default(),
     };
-    Ok(LoadedModel { model: Box::new(ClapModel { towers }), tokenizer, images: None, audio: Some(audio), info })
+    Ok(LoadedModel {
+        model: std::sync::Arc::new(ClapModel { towers }),
+        tokenizer,
+        images: None,
+        audio: Some(audio),
+        info,
+    })
 }
 
 enum ClapTowers {
@@ -513,6 +599,8 @@ fn page_retriever_info(dim: usize, window: usize, weight_bytes: u64, image_cost:
         image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
+        token_outputs: false,
+        prompts: Default::default(),
     }
 }
 

@@ -71,8 +71,10 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         image_pixels_per_token: 0,
         audio_input: false,
         audio_cost: 0,
+        token_outputs: false,
+        prompts: Default::default(),
     };
-    Ok(LoadedModel { model: Box::new(towers), tokenizer, images: Some(images), audio: None, info })
+    Ok(LoadedModel { model: std::sync::Arc::new(towers), tokenizer, images: Some(images), audio: None, info })
 }
 
 enum Towers {

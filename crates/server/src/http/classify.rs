@@ -60,20 +60,25 @@ async fn predict(state: &AppState, model: &ModelHandle, req: ClassifyRequest) ->
 
 /// Scores per label, best first: the logits, or their softmax (sigmoid for multi-label models).
 pub fn label_scores(logits: &[f32], labels: &[String], multi_label: bool, raw: bool) -> Vec<ClassifyLabel> {
-    let scores: Vec<f32> = if raw {
+    let scores = scores(logits, multi_label, raw);
+    let mut out: Vec<ClassifyLabel> =
+        scores.into_iter().zip(labels).map(|(score, label)| ClassifyLabel { score, label: label.clone() }).collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    out
+}
+
+/// Scores in label order: the logits, or their softmax (sigmoid each when `sigmoid`).
+pub fn scores(logits: &[f32], sigmoid_each: bool, raw: bool) -> Vec<f32> {
+    if raw {
         logits.to_vec()
-    } else if multi_label {
+    } else if sigmoid_each {
         logits.iter().map(|&x| sigmoid(x)).collect()
     } else {
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let exps: Vec<f32> = logits.iter().map(|&x| (x - max).exp()).collect();
         let sum: f32 = exps.iter().sum();
         exps.iter().map(|e| e / sum).collect()
-    };
-    let mut out: Vec<ClassifyLabel> =
-        scores.into_iter().zip(labels).map(|(score, label)| ClassifyLabel { score, label: label.clone() }).collect();
-    out.sort_by(|a, b| b.score.total_cmp(&a.score));
-    out
+    }
 }
 
 #[cfg(test)]

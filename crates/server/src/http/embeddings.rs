@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use aleph_engine::{Input, ModelHandle};
+use aleph_models::pooling::l2_normalize;
 use aleph_models::quantize::EmbeddingDtype;
 use aleph_models::Task;
 use axum::extract::State;
@@ -15,11 +16,11 @@ use super::error::ApiError;
 use super::extract::ApiJson;
 use super::schemas::{
     response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat,
-    MediaEmbeddingRequest, Modality, Usage,
+    InputItem, InputItems, MediaEmbeddingRequest, Modality, Usage,
 };
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
-use super::validate::{require_capability, validate_media, validate_texts};
+use super::validate::{require_capability, validate_inputs, validate_media};
 use crate::fetch::FetchError;
 
 /// Create embeddings for text (or, on models that support it, images and audio).
@@ -94,7 +95,7 @@ async fn media_route(
 ) -> Result<Response, ApiError> {
     let model = state.registry()?.get(&req.model)?;
     let req = EmbeddingRequest {
-        input: req.input,
+        input: InputItems(req.input.into_vec().into_iter().map(InputItem::Text).collect()),
         model: req.model,
         encoding_format: req.encoding_format,
         dimensions: None,
@@ -109,12 +110,16 @@ async fn media_route(
 async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> Result<Response, ApiError> {
     let inputs = match req.modality {
         Modality::Text => {
-            let texts = validate_texts("input", req.input.into_vec(), &state.limits)?;
+            let inputs = validate_inputs("input", req.input, &state.limits)?;
             require_capability(model, &req.model, req.modality.capability(), "modality")?;
-            texts.into_iter().map(Input::Text).collect()
+            inputs
         }
         Modality::Image | Modality::Audio => {
-            let sources = validate_media("input", req.input.into_vec(), &state.limits)?;
+            let sources = req.input.texts().map_err(|i| {
+                ApiError::unprocessable(format!("`input[{i}]` must be a data URI or URL, not token ids"))
+                    .with_param(format!("input[{i}]"))
+            })?;
+            let sources = validate_media("input", sources, &state.limits)?;
             require_capability(model, &req.model, req.modality.capability(), "modality")?;
             let kind = if req.modality == Modality::Image { "image" } else { "audio" };
             let bytes = state.fetcher.fetch_all(&sources, kind).await.map_err(|(i, e)| match e {
@@ -139,6 +144,10 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     let result = model.run(inputs).await?;
     let multi = model.info().task == Task::MultiVector;
     let dim = model.info().dim;
+    // A cut unit vector is no longer unit: rescale it, as OpenAI, TEI and sentence-transformers do, so
+    // dot products still rank by cosine. Quantized outputs keep the cut values, which the calibrated
+    // ranges were measured on.
+    let renormalize = dims < dim && (multi || model.info().normalize) && dtype == EmbeddingDtype::Float32;
     let data = result
         .vectors
         .into_iter()
@@ -146,7 +155,16 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         .map(|(index, mut v)| {
             if multi {
                 // One vector per token; `dimensions` cuts each vector (Infinity cuts the token list).
-                let rows: Vec<Vec<f32>> = v.chunks_exact(dim).map(|t| t[..dims].to_vec()).collect();
+                let rows: Vec<Vec<f32>> = v
+                    .chunks_exact(dim)
+                    .map(|t| {
+                        let mut row = t[..dims].to_vec();
+                        if renormalize {
+                            l2_normalize(&mut row);
+                        }
+                        row
+                    })
+                    .collect();
                 let embedding = match req.encoding_format {
                     EncodingFormat::Float => EmbeddingValue::MultiFloat(rows),
                     EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&rows.concat())),
@@ -156,6 +174,9 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
             // Cut to the requested dimensions first, then quantize: `dimensions` counts dimensions
             // whatever the output type.
             v.truncate(dims);
+            if renormalize {
+                l2_normalize(&mut v);
+            }
             let v = if dtype == EmbeddingDtype::Float32 { v } else { model.quantize(&v) };
             let embedding = match req.encoding_format {
                 EncodingFormat::Float => EmbeddingValue::Float(v),

@@ -1,5 +1,7 @@
 //! The one error type of the HTTP layer: every failure leaves as JSON in the OpenAI envelope
-//! `{"error": {"message", "type", "param", "code"}}`, with `code` the HTTP status as Infinity sends it.
+//! `{"error": {"message", "type", "param", "code"}}`, with `code` the HTTP status as Infinity sends it,
+//! and the message again as `detail`, where FastAPI (and so Infinity's own client) looks for it. TEI's
+//! routes answer in TEI's shape instead ([`super::tei::TeiError`]).
 
 use aleph_engine::EngineError;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -18,6 +20,10 @@ pub struct ApiError {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
+    /// The message as FastAPI carries it: a string, or for a 422 a list of `{loc, msg, type}` (the
+    /// shape Infinity's generated client parses).
+    #[schema(value_type = Object)]
+    pub detail: serde_json::Value,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -56,6 +62,11 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
+    /// 415: the body is not JSON.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, message)
+    }
+
     fn kind(&self) -> &'static str {
         match self.status {
             StatusCode::UNAUTHORIZED => "authentication_error",
@@ -70,7 +81,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let detail = if self.status == StatusCode::UNPROCESSABLE_ENTITY {
+            // FastAPI's validation error: where in the body, what is wrong.
+            let mut loc = vec![serde_json::Value::from("body")];
+            if let Some(param) = &self.param {
+                loc.extend(param.split(['.', '[']).filter(|p| !p.is_empty()).map(|p| {
+                    let p = p.trim_end_matches(']');
+                    p.parse::<u64>().map(serde_json::Value::from).unwrap_or_else(|_| serde_json::Value::from(p))
+                }));
+            }
+            serde_json::json!([{"loc": loc, "msg": self.message, "type": "value_error"}])
+        } else {
+            serde_json::Value::from(self.message.clone())
+        };
         let body = ErrorBody {
+            detail,
             error: ErrorDetail {
                 kind: self.kind(),
                 message: self.message,
@@ -97,13 +122,14 @@ impl From<EngineError> for ApiError {
             EngineError::Inference(_) | EngineError::Tokenization(_) => StatusCode::INTERNAL_SERVER_ERROR,
             EngineError::ShuttingDown(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::BadMedia(_) => StatusCode::BAD_REQUEST,
-            EngineError::TooManyTokens { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            EngineError::TooManyTokens { .. } | EngineError::InvalidInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            EngineError::Unsupported(_) => StatusCode::BAD_REQUEST,
         };
         let mut err = ApiError::new(status, e.to_string());
         match e {
             EngineError::UnknownModel { .. } => err.param = Some("model".into()),
             EngineError::Overloaded { .. } => err.retry_after_secs = Some(1),
-            EngineError::BadMedia(_) => err.param = Some("input".into()),
+            EngineError::BadMedia(_) | EngineError::InvalidInput(_) => err.param = Some("input".into()),
             _ => {}
         }
         err

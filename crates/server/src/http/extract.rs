@@ -18,16 +18,46 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body is larger than the payload limit")
-            } else {
-                ApiError::bad_request(format!("cannot read request body: {rejection}"))
-            }
-        })?;
-        check_depth(&bytes, state.limits.max_json_depth)?;
-        parse(&bytes).map(ApiJson)
+        read_json(req, state).await.map(ApiJson)
     }
+}
+
+/// Reads a request's JSON body: the content type, the payload limit, the nesting limit, then the schema.
+pub async fn read_json<T: DeserializeOwned>(req: Request, state: &Arc<AppState>) -> Result<T, ApiError> {
+    parse(&read_body(req, state).await?)
+}
+
+/// A request's body, checked for content type, size and nesting, not yet parsed (for routes that look at
+/// it before choosing a schema).
+pub async fn read_body(req: Request, state: &Arc<AppState>) -> Result<Bytes, ApiError> {
+    check_content_type(req.headers())?;
+    let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body is larger than the payload limit")
+        } else {
+            ApiError::bad_request(format!("cannot read request body: {rejection}"))
+        }
+    })?;
+    check_depth(&bytes, state.limits.max_json_depth)?;
+    Ok(bytes)
+}
+
+/// A body is read as JSON when it says it is (`application/json`, `application/*+json`, any
+/// parameters) or says nothing; anything else is a 415, as FastAPI refuses it.
+pub fn check_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let json =
+        essence == "application/json" || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json"));
+    if json || essence.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::unsupported_media_type(format!(
+        "Content-Type `{text}` is not JSON: send the body as application/json"
+    )))
 }
 
 /// Refuses JSON nested deeper than `max` objects and arrays (`--max-json-depth`), before it is parsed.
@@ -94,6 +124,22 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_types() {
+        let with = |v: &str| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_str(v).unwrap());
+            check_content_type(&h).map_err(|e| e.status.as_u16())
+        };
+        assert_eq!(check_content_type(&axum::http::HeaderMap::new()), Ok(()));
+        assert_eq!(with("application/json"), Ok(()));
+        assert_eq!(with("Application/JSON; charset=utf-8"), Ok(()));
+        assert_eq!(with("application/vnd.api+json"), Ok(()));
+        assert_eq!(with("text/plain"), Err(415));
+        assert_eq!(with("application/x-www-form-urlencoded"), Err(415));
+        assert_eq!(with("garbage"), Err(415));
+    }
 
     #[test]
     fn depth_counts_brackets_outside_strings() {

@@ -3,6 +3,7 @@
 
 mod auth;
 mod classify;
+pub mod cohere;
 mod embeddings;
 pub mod error;
 pub mod extract;
@@ -12,6 +13,7 @@ pub mod openapi;
 mod rerank;
 pub mod schemas;
 pub mod state;
+pub mod tei;
 mod timing;
 pub mod validate;
 
@@ -37,11 +39,30 @@ pub struct HttpConfig {
     pub redirect_slash: String,
     pub permissive_cors: bool,
     pub payload_limit: usize,
+    /// `--proxy-root-path`: the prefix a reverse proxy strips, listed as the OpenAPI server.
+    pub proxy_root_path: String,
 }
 
 /// The inference and model routes, relative to the prefix.
-const API_ROUTES: &[&str] =
-    &["/embeddings", "/rerank", "/classify", "/models", "/embeddings_image", "/embeddings_audio"];
+const API_ROUTES: &[&str] = &[
+    "/embeddings",
+    "/rerank",
+    "/classify",
+    "/models",
+    "/embeddings_image",
+    "/embeddings_audio",
+    "/embed",
+    "/embed_all",
+    "/embed_sparse",
+    "/predict",
+    "/similarity",
+    "/tokenize",
+    "/decode",
+    "/info",
+    "/invocations",
+    "/v2/embed",
+    "/v2/rerank",
+];
 
 // The deprecated media routes are still served, as Infinity serves them.
 #[allow(deprecated)]
@@ -53,6 +74,19 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         .route("/rerank", post(rerank::rerank))
         .route("/classify", post(classify::classify))
         .route("/models", get(models::models))
+        .route("/models/{*id}", get(models::model))
+        .route("/embed", post(tei::embed))
+        .route("/embed_all", post(tei::embed_all))
+        .route("/embed_sparse", post(tei::embed_sparse))
+        .route("/predict", post(tei::predict))
+        .route("/similarity", post(tei::similarity))
+        .route("/tokenize", post(tei::tokenize))
+        .route("/decode", post(tei::decode))
+        .route("/info", get(tei::info))
+        .route("/invocations", post(tei::root))
+        .route("/", post(tei::root))
+        .route("/v2/embed", post(cohere::embed))
+        .route("/v2/rerank", post(cohere::rerank))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_in_flight));
 
@@ -67,8 +101,10 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         app = app.route(&format!("{prefix}/health"), get(health::health));
     }
     app = app.merge(
-        SwaggerUi::new(format!("{prefix}/docs")).url(format!("{prefix}/openapi.json"), openapi::document(prefix)),
+        SwaggerUi::new(format!("{prefix}/docs"))
+            .url(format!("{prefix}/openapi.json"), openapi::document(prefix, &cfg.proxy_root_path)),
     );
+    // Browsers GET `/` and are redirected to the docs; TEI's clients POST to it (an API route).
     if !cfg.redirect_slash.is_empty() {
         let target = cfg.redirect_slash.clone();
         app = app.route("/", get(move || async move { Redirect::temporary(&target) }));

@@ -2,14 +2,15 @@
 
 use utoipa::OpenApi;
 
-use super::{classify, embeddings, error, health, models, rerank, schemas};
+use super::{classify, cohere, embeddings, error, health, models, rerank, schemas, tei};
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "Aleph",
-        description = "Embeddings, reranking and classification over an Infinity- and OpenAI-compatible API. \
-                       Every inference route is also served under `/v1`."
+        description = "Embeddings, reranking and classification over Infinity's and OpenAI's API (every \
+                       inference route is also served under `/v1`), TEI's (`/embed`, `/predict`, ...) and \
+                       Cohere's v2 (`/v2/embed`, `/v2/rerank`)."
     ),
     paths(
         embeddings::embeddings,
@@ -18,7 +19,19 @@ use super::{classify, embeddings, error, health, models, rerank, schemas};
         rerank::rerank,
         classify::classify,
         models::models,
-        health::health
+        models::model,
+        health::health,
+        tei::embed,
+        tei::embed_all,
+        tei::embed_sparse,
+        tei::predict,
+        tei::similarity,
+        tei::tokenize,
+        tei::decode,
+        tei::info,
+        tei::root,
+        cohere::embed,
+        cohere::rerank
     ),
     components(schemas(
         schemas::EmbeddingRequest,
@@ -42,15 +55,44 @@ use super::{classify, embeddings, error, health, models, rerank, schemas};
         schemas::HealthBody,
         error::ErrorBody,
         error::ErrorDetail,
+        tei::TeiErrorBody,
+        tei::EmbedRequest,
+        tei::PredictRequest,
+        tei::Prediction,
+        tei::TeiRerankRequest,
+        tei::Rank,
+        tei::SimilarityRequest,
+        tei::SimilarityInputs,
+        tei::SimilarityParameters,
+        tei::TokenizeRequest,
+        tei::SimpleToken,
+        tei::DecodeRequest,
+        tei::Info,
+        tei::Direction,
+        cohere::CohereEmbedRequest,
+        cohere::CohereEmbedResponse,
+        cohere::EmbeddingsByType,
+        cohere::EmbeddingType,
+        cohere::CohereTruncate,
+        cohere::Meta,
+        cohere::ApiVersion,
+        cohere::CohereRerankRequest,
+        cohere::CohereRerankResponse,
+        cohere::CohereRerankResult,
+        cohere::CohereDocument,
+        cohere::CohereDocumentText,
     ))
 )]
 pub struct ApiDoc;
 
-/// The document, with the URL prefix as its server so "try it out" calls the right paths.
-pub fn document(url_prefix: &str) -> utoipa::openapi::OpenApi {
+/// The document, with the proxy's root path and the URL prefix as its server, so "try it out" calls
+/// the paths a browser can reach.
+pub fn document(url_prefix: &str, proxy_root_path: &str) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
-    if !url_prefix.is_empty() {
-        doc.servers = Some(vec![utoipa::openapi::Server::new(url_prefix)]);
+    let root = proxy_root_path.trim_end_matches('/');
+    let server = format!("{root}{url_prefix}");
+    if !server.is_empty() {
+        doc.servers = Some(vec![utoipa::openapi::Server::new(server)]);
     }
     doc
 }

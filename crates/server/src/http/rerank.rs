@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use aleph_engine::{Input, ModelHandle};
+use aleph_engine::{Input, ModelHandle, RunOptions, RunResult};
 use aleph_models::Task;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
-use super::extract::ApiJson;
+use super::extract::{parse, read_body};
 use super::schemas::{response_id, unix_now, RerankRequest, RerankResponse, RerankResult, Usage};
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
@@ -28,14 +28,65 @@ use super::validate::{require_capability, validate_text, validate_texts};
         (status = 429, description = "The model's queue is full", body = super::error::ErrorBody),
     )
 )]
-pub async fn rerank(
-    State(state): State<Arc<AppState>>,
-    ApiJson(req): ApiJson<RerankRequest>,
-) -> Result<Response, ApiError> {
+pub async fn rerank(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, ApiError> {
+    let body = read_body(request, &state).await?;
+    // TEI's clients send `texts`, Infinity's and Cohere's `documents`: one path, two shapes.
+    if super::tei::is_tei_rerank(&body) {
+        return Ok(super::tei::rerank_body(&state, &body).await);
+    }
+    let req: RerankRequest = parse(&body)?;
     let model = state.registry()?.get(&req.model)?;
     let result = score(&state, model, req).await;
     observe(model.name(), "/rerank", &result);
     result
+}
+
+/// Relevance of each document to the query: a cross-encoder's `sigmoid(logit)` (or the logit), or a
+/// late-interaction model's MaxSim averaged over query tokens (or the sum); with what it cost.
+pub async fn relevance(
+    model: &ModelHandle,
+    query: &str,
+    documents: &[String],
+    raw_scores: bool,
+    opts: RunOptions,
+) -> Result<(Vec<f32>, RunResult), ApiError> {
+    let late_interaction = model.info().task == Task::MultiVector;
+    let inputs = if late_interaction {
+        // Query and documents are embedded alone (they batch with other requests) and scored by MaxSim.
+        std::iter::once(query).chain(documents.iter().map(String::as_str)).map(|t| Input::Text(t.to_string())).collect()
+    } else {
+        documents.iter().map(|d| Input::Pair(query.to_string(), d.clone())).collect()
+    };
+    let out = model.run_with(inputs, opts).await?;
+    let scores: Vec<f32> = if late_interaction {
+        let dim = model.info().dim;
+        let q = &out.vectors[0];
+        let query_tokens = (q.len() / dim).max(1) as f32;
+        out.vectors[1..]
+            .iter()
+            .map(|d| {
+                let s = maxsim(q, d, dim);
+                if raw_scores {
+                    s
+                } else {
+                    s / query_tokens
+                }
+            })
+            .collect()
+    } else {
+        out.vectors
+            .iter()
+            .map(|logits| {
+                let logit = logits.first().copied().unwrap_or(f32::NAN);
+                if raw_scores {
+                    logit
+                } else {
+                    sigmoid(logit)
+                }
+            })
+            .collect()
+    };
+    Ok((scores, out))
 }
 
 async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Result<Response, ApiError> {
@@ -50,42 +101,7 @@ async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Res
     let documents = validate_texts("documents", req.documents, &state.limits)?;
     // Schema problems (422) first, as Infinity's validation does, then what the model can do (400).
     require_capability(model, &req.model, "rerank", "model")?;
-    let late_interaction = model.info().task == Task::MultiVector;
-    let inputs = if late_interaction {
-        // Query and documents are embedded alone (they batch with other requests) and scored by MaxSim.
-        std::iter::once(&query).chain(&documents).map(|t| Input::Text(t.clone())).collect()
-    } else {
-        documents.iter().map(|d| Input::Pair(query.clone(), d.clone())).collect()
-    };
-    let out = model.run(inputs).await?;
-    let scores: Vec<f32> = if late_interaction {
-        let dim = model.info().dim;
-        let q = &out.vectors[0];
-        let query_tokens = (q.len() / dim).max(1) as f32;
-        out.vectors[1..]
-            .iter()
-            .map(|d| {
-                let s = maxsim(q, d, dim);
-                if req.raw_scores {
-                    s
-                } else {
-                    s / query_tokens
-                }
-            })
-            .collect()
-    } else {
-        out.vectors
-            .iter()
-            .map(|logits| {
-                let logit = logits.first().copied().unwrap_or(f32::NAN);
-                if req.raw_scores {
-                    logit
-                } else {
-                    sigmoid(logit)
-                }
-            })
-            .collect()
-    };
+    let (scores, out) = relevance(model, &query, &documents, req.raw_scores, RunOptions::default()).await?;
     let mut results: Vec<RerankResult> = scores
         .into_iter()
         .zip(documents)

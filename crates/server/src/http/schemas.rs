@@ -12,6 +12,138 @@ fn default_model() -> String {
     DEFAULT_MODEL_NAME.to_string()
 }
 
+/// A field that may be `null`, which means its default (what Python clients send for an unset option).
+pub fn null_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// `model`, where `null` means "not specified".
+fn null_model<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_else(default_model))
+}
+
+/// One input of `/embeddings`: a text, or token ids of the model's vocabulary (OpenAI's spec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputItem {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// `/embeddings`' `input`: a string, a list of strings, a list of token ids (one input), or a list of
+/// such lists; strings and id lists may be mixed, as TEI allows.
+#[derive(Debug, Clone, PartialEq, Eq, ToSchema)]
+#[schema(as = EmbeddingInput, value_type = Object)]
+pub struct InputItems(pub Vec<InputItem>);
+
+impl InputItems {
+    /// The texts, or the index of the first token-id input (for routes that take texts only).
+    pub fn texts(self) -> Result<Vec<String>, usize> {
+        self.0
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                InputItem::Text(t) => Ok(t),
+                InputItem::Ids(_) => Err(i),
+            })
+            .collect()
+    }
+}
+
+/// One element of an `input` list; `ids_only` once the list turned out to be a flat list of token ids.
+enum Element {
+    Text(String),
+    Id(u32),
+    Ids(Vec<u32>),
+}
+
+struct ElementSeed {
+    /// The list so far holds token ids (so it is one input): only more ids may follow.
+    ids_only: bool,
+    /// The list so far holds texts or id lists: a bare id may not follow.
+    items_only: bool,
+}
+
+impl<'de> de::DeserializeSeed<'de> for ElementSeed {
+    type Value = Element;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Element, D::Error> {
+        struct V(ElementSeed);
+        impl<'de> Visitor<'de> for V {
+            type Value = Element;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                if self.0.ids_only {
+                    f.write_str("a token id (a list of token ids holds only integers)")
+                } else if self.0.items_only {
+                    f.write_str("a string or a list of token ids")
+                } else {
+                    f.write_str("a string, a token id or a list of token ids")
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Element, E> {
+                if self.0.ids_only {
+                    return Err(E::invalid_type(de::Unexpected::Str(v), &self));
+                }
+                Ok(Element::Text(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Element, E> {
+                if self.0.ids_only {
+                    return Err(E::invalid_type(de::Unexpected::Str(&v), &self));
+                }
+                Ok(Element::Text(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Element, E> {
+                if self.0.items_only {
+                    return Err(E::invalid_type(de::Unexpected::Unsigned(v), &self));
+                }
+                u32::try_from(v).map(Element::Id).map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Element, A::Error> {
+                if self.0.ids_only {
+                    return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
+                }
+                Vec::<u32>::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Element::Ids)
+            }
+        }
+        d.deserialize_any(V(self))
+    }
+}
+
+impl<'de> Deserialize<'de> for InputItems {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = InputItems;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, a list of strings, a list of token ids, or a list of token-id lists")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(InputItems(vec![InputItem::Text(v.to_string())]))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(InputItems(vec![InputItem::Text(v)]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                let mut flat_ids: Option<Vec<u32>> = None;
+                loop {
+                    let seed = ElementSeed { ids_only: flat_ids.is_some(), items_only: !items.is_empty() };
+                    match seq.next_element_seed(seed)? {
+                        None => break,
+                        Some(Element::Id(id)) => flat_ids.get_or_insert_with(Vec::new).push(id),
+                        Some(Element::Text(t)) => items.push(InputItem::Text(t)),
+                        Some(Element::Ids(ids)) => items.push(InputItem::Ids(ids)),
+                    }
+                }
+                Ok(InputItems(match flat_ids {
+                    Some(ids) => vec![InputItem::Ids(ids)],
+                    None => items,
+                }))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// One string or a list of strings.
 #[derive(Debug, Clone, PartialEq, ToSchema)]
 #[schema(as = Input)]
@@ -87,21 +219,23 @@ impl Modality {
 pub struct EmbeddingRequest {
     /// Text to embed: one string or 1–2048 strings (the limit is `--max-client-batch-size`). With
     /// `modality` image or audio: one or 1–32 data URIs or http(s) URLs.
-    pub input: StringOrList,
+    pub input: InputItems,
     /// Served model name. With a single model any name is accepted.
-    #[serde(default = "default_model")]
+    #[serde(default = "default_model", deserialize_with = "null_model")]
     #[schema(default = "default/not-specified")]
     pub model: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub encoding_format: EncodingFormat,
-    /// Keep only the first N values of each vector (Matryoshka); 0 or absent keeps all.
-    #[serde(default)]
+    /// Keep only the first N values of each vector (Matryoshka), renormalized to unit length when the
+    /// model normalizes; 0 or absent keeps all. `output_dimension` (LiteLLM's Infinity provider, Cohere)
+    /// is read the same.
+    #[serde(default, alias = "output_dimension")]
     pub dimensions: Option<i64>,
     /// Accepted and ignored, as OpenAI's.
     #[serde(default)]
     #[allow(dead_code)]
     pub user: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub modality: Modality,
 }
 
@@ -110,10 +244,10 @@ pub struct EmbeddingRequest {
 pub struct MediaEmbeddingRequest {
     /// One or 1–32 data URIs (`data:image/png;base64,...`) or http(s) URLs.
     pub input: StringOrList,
-    #[serde(default = "default_model")]
+    #[serde(default = "default_model", deserialize_with = "null_model")]
     #[schema(default = "default/not-specified")]
     pub model: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub encoding_format: EncodingFormat,
     /// Accepted and ignored, as OpenAI's.
     #[serde(default)]
@@ -189,12 +323,12 @@ pub struct RerankRequest {
     /// 1–2048 documents (the limit is `--max-client-batch-size`).
     pub documents: Vec<String>,
     /// Echo each document in its result.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub return_documents: bool,
     /// Return the model's logits instead of `sigmoid(logit)`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub raw_scores: bool,
-    #[serde(default = "default_model")]
+    #[serde(default = "default_model", deserialize_with = "null_model")]
     #[schema(default = "default/not-specified")]
     pub model: String,
     /// Return only the best N (must be > 0); more than the documents returns all.
@@ -228,11 +362,11 @@ pub struct RerankResponse {
 pub struct ClassifyRequest {
     /// One text or 1–2048 texts.
     pub input: StringOrList,
-    #[serde(default = "default_model")]
+    #[serde(default = "default_model", deserialize_with = "null_model")]
     #[schema(default = "default/not-specified")]
     pub model: String,
     /// Return the logits instead of probabilities (softmax, or sigmoid for multi-label models).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub raw_scores: bool,
 }
 
@@ -266,6 +400,8 @@ pub struct ModelStatsBody {
     /// Batches run since start, and how many of them failed.
     pub batches_total: usize,
     pub batches_failed: usize,
+    /// Inference threads behind the model's queue (`--device-id`).
+    pub replicas: usize,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -274,6 +410,7 @@ pub struct ModelInfoBody {
     pub stats: ModelStatsBody,
     #[schema(example = "model")]
     pub object: &'static str,
+    /// `infinity`, the one value Infinity's own client accepts.
     pub owned_by: &'static str,
     pub created: u64,
     pub backend: &'static str,
@@ -313,15 +450,48 @@ mod tests {
     #[test]
     fn input_is_string_or_list() {
         let r: EmbeddingRequest = serde_json::from_str(r#"{"input":"hi"}"#).unwrap();
-        assert_eq!(r.input, StringOrList::One("hi".into()));
+        assert_eq!(r.input, InputItems(vec![InputItem::Text("hi".into())]));
         assert_eq!(r.model, DEFAULT_MODEL_NAME);
         assert_eq!(r.encoding_format, EncodingFormat::Float);
         let r: EmbeddingRequest = serde_json::from_str(r#"{"input":["a","b"],"encoding_format":"base64"}"#).unwrap();
-        assert_eq!(r.input.into_vec(), vec!["a", "b"]);
-        let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":[1]}"#).unwrap_err().to_string();
-        assert!(e.contains("expected a string"), "{e}");
+        assert_eq!(r.input.texts().unwrap(), vec!["a", "b"]);
         let e = serde_json::from_str::<EmbeddingRequest>(r#"{"input":{}}"#).unwrap_err().to_string();
-        assert!(e.contains("a string or a list of strings"), "{e}");
+        assert!(e.contains("a string, a list of strings"), "{e}");
+    }
+
+    #[test]
+    fn input_takes_token_ids() {
+        let parse = |j: &str| serde_json::from_str::<EmbeddingRequest>(j).map(|r| r.input.0);
+        assert_eq!(parse(r#"{"input":[101, 7592, 102]}"#).unwrap(), vec![InputItem::Ids(vec![101, 7592, 102])]);
+        assert_eq!(
+            parse(r#"{"input":[[1, 2], "x", []]}"#).unwrap(),
+            vec![InputItem::Ids(vec![1, 2]), InputItem::Text("x".into()), InputItem::Ids(vec![])]
+        );
+        assert!(parse(r#"{"input":[1, "x"]}"#).is_err());
+        assert!(parse(r#"{"input":["x", 1]}"#).is_err());
+        assert!(parse(r#"{"input":[-1]}"#).is_err());
+        assert!(parse(r#"{"input":[1.5]}"#).is_err());
+    }
+
+    #[test]
+    fn null_means_default() {
+        let r: EmbeddingRequest = serde_json::from_str(
+            r#"{"input":"hi","model":null,"encoding_format":null,"modality":null,"dimensions":null,"user":null}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.model.as_str(), r.encoding_format, r.modality),
+            (DEFAULT_MODEL_NAME, EncodingFormat::Float, Modality::Text)
+        );
+        let r: EmbeddingRequest = serde_json::from_str(r#"{"input":"hi","output_dimension":8}"#).unwrap();
+        assert_eq!(r.dimensions, Some(8));
+        let r: RerankRequest = serde_json::from_str(
+            r#"{"query":"q","documents":["d"],"top_n":null,"return_documents":null,"raw_scores":null}"#,
+        )
+        .unwrap();
+        assert!(!r.return_documents && !r.raw_scores && r.top_n.is_none());
+        let r: ClassifyRequest = serde_json::from_str(r#"{"input":["x"],"raw_scores":null,"model":null}"#).unwrap();
+        assert!(!r.raw_scores);
     }
 
     #[test]

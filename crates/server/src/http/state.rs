@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use aleph_engine::ModelRegistry;
+use aleph_engine::{ModelRegistry, TokenizerPool};
 use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -37,6 +37,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Fetches media URLs and decodes data URIs.
     pub fetcher: MediaFetcher,
+    /// The CPU pool the models tokenize on; routes that only tokenize use it too.
+    pool: Arc<TokenizerPool>,
 }
 
 impl AppState {
@@ -45,6 +47,7 @@ impl AppState {
         metrics: Option<PrometheusHandle>,
         api_key: Option<String>,
         fetcher: MediaFetcher,
+        pool: Arc<TokenizerPool>,
     ) -> Self {
         AppState {
             registry: OnceLock::new(),
@@ -54,7 +57,12 @@ impl AppState {
             metrics,
             api_key,
             fetcher,
+            pool,
         }
+    }
+
+    pub fn pool(&self) -> &TokenizerPool {
+        &self.pool
     }
 
     /// The served models, or 503 while they are still loading.

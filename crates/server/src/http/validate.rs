@@ -1,8 +1,9 @@
 //! Checks shared by the inference routes, run before any work is queued.
 
-use aleph_engine::ModelHandle;
+use aleph_engine::{Input, ModelHandle};
 
 use super::error::ApiError;
+use super::schemas::{InputItem, InputItems};
 use super::state::Limits;
 
 /// 400 unless the model has `capability`, naming what it can do instead.
@@ -20,18 +21,41 @@ pub fn require_capability(model: &ModelHandle, requested: &str, capability: &str
 
 /// Strips each text (as Infinity does) and enforces the count and length limits (422).
 pub fn validate_texts(field: &str, texts: Vec<String>, limits: &Limits) -> Result<Vec<String>, ApiError> {
-    if texts.is_empty() {
+    check_count(field, texts.len(), limits)?;
+    texts.into_iter().enumerate().map(|(i, t)| validate_text(&format!("{field}[{i}]"), t, limits)).collect()
+}
+
+/// Texts and token-id inputs of `/embeddings`: the count limit, each text as [`validate_text`], each
+/// id list non-empty (ids themselves are checked against the vocabulary by the tokenizer).
+pub fn validate_inputs(field: &str, items: InputItems, limits: &Limits) -> Result<Vec<Input>, ApiError> {
+    check_count(field, items.0.len(), limits)?;
+    items
+        .0
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            InputItem::Text(t) => validate_text(&format!("{field}[{i}]"), t, limits).map(Input::Text),
+            InputItem::Ids(ids) if ids.is_empty() => {
+                Err(ApiError::unprocessable(format!("`{field}[{i}]` is an empty list of token ids"))
+                    .with_param(format!("{field}[{i}]")))
+            }
+            InputItem::Ids(ids) => Ok(Input::Ids(ids)),
+        })
+        .collect()
+}
+
+fn check_count(field: &str, n: usize, limits: &Limits) -> Result<(), ApiError> {
+    if n == 0 {
         return Err(ApiError::unprocessable(format!("`{field}` must hold at least 1 item")).with_param(field));
     }
-    if texts.len() > limits.max_client_batch_size {
+    if n > limits.max_client_batch_size {
         return Err(ApiError::unprocessable(format!(
-            "`{field}` holds {} items; at most {} are allowed per request",
-            texts.len(),
+            "`{field}` holds {n} items; at most {} are allowed per request",
             limits.max_client_batch_size
         ))
         .with_param(field));
     }
-    texts.into_iter().enumerate().map(|(i, t)| validate_text(&format!("{field}[{i}]"), t, limits)).collect()
+    Ok(())
 }
 
 /// Checks a list of media references (data URIs or http(s) URLs) against the count limit and their
