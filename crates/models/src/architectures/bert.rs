@@ -13,37 +13,113 @@ use crate::batch::Batch;
 use crate::encoder::{Encoder, TokenStates};
 use crate::error::{weights, ModelError};
 
-#[derive(Debug, Clone, Deserialize)]
+/// A BERT-family encoder's geometry, every field resolved: from the checkpoint's `config.json`, or, where
+/// the file omits one, the default of the transformers config class the checkpoint was saved from
+/// ([`BertClass`]); `save_pretrained` drops fields equal to those defaults.
+#[derive(Debug, Clone, PartialEq)]
 pub struct BertConfig {
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub intermediate_size: usize,
-    #[serde(default = "default_act")]
     pub hidden_act: String,
     pub max_position_embeddings: usize,
-    #[serde(default = "default_type_vocab")]
     pub type_vocab_size: usize,
-    #[serde(default = "default_eps")]
     pub layer_norm_eps: f64,
-    #[serde(default)]
     pub pad_token_id: u32,
-    #[serde(default = "default_pos_type")]
     pub position_embedding_type: String,
 }
 
-fn default_act() -> String {
-    "gelu".into()
+/// The transformers config classes whose checkpoints this encoder reads; their defaults differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BertClass {
+    Bert,
+    Roberta,
+    XlmRoberta,
+    Camembert,
+    /// CLAP's text tower (`ClapTextConfig`, a RoBERTa).
+    ClapText,
 }
-fn default_type_vocab() -> usize {
-    2
+
+impl BertClass {
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        match model_type {
+            "bert" => Some(BertClass::Bert),
+            "roberta" => Some(BertClass::Roberta),
+            "xlm-roberta" => Some(BertClass::XlmRoberta),
+            "camembert" => Some(BertClass::Camembert),
+            "clap_text_model" => Some(BertClass::ClapText),
+            _ => None,
+        }
+    }
+
+    /// (vocab_size, pad_token_id, type_vocab_size, max_position_embeddings) as the class's `__init__`
+    /// defaults them; the rest of the geometry is BERT-base's in every class.
+    fn defaults(self) -> (usize, u32, usize, usize) {
+        match self {
+            BertClass::Bert => (30522, 0, 2, 512),
+            BertClass::Roberta => (50265, 1, 2, 512),
+            BertClass::XlmRoberta | BertClass::Camembert => (30522, 1, 2, 512),
+            BertClass::ClapText => (50265, 1, 1, 514),
+        }
+    }
 }
-fn default_eps() -> f64 {
-    1e-12
+
+/// `config.json` as written, any field possibly omitted.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct BertConfigFile {
+    pub vocab_size: Option<usize>,
+    pub hidden_size: Option<usize>,
+    pub num_hidden_layers: Option<usize>,
+    pub num_attention_heads: Option<usize>,
+    pub intermediate_size: Option<usize>,
+    pub hidden_act: Option<String>,
+    pub max_position_embeddings: Option<usize>,
+    pub type_vocab_size: Option<usize>,
+    pub layer_norm_eps: Option<f64>,
+    pub pad_token_id: Option<u32>,
+    pub position_embedding_type: Option<String>,
 }
-fn default_pos_type() -> String {
-    "absolute".into()
+
+impl BertConfigFile {
+    /// Fills what the file omits with `class`'s defaults.
+    pub fn resolve(self, class: BertClass) -> BertConfig {
+        let (vocab, pad, types, positions) = class.defaults();
+        BertConfig {
+            vocab_size: self.vocab_size.unwrap_or(vocab),
+            hidden_size: self.hidden_size.unwrap_or(768),
+            num_hidden_layers: self.num_hidden_layers.unwrap_or(12),
+            num_attention_heads: self.num_attention_heads.unwrap_or(12),
+            intermediate_size: self.intermediate_size.unwrap_or(3072),
+            hidden_act: self.hidden_act.unwrap_or_else(|| "gelu".into()),
+            max_position_embeddings: self.max_position_embeddings.unwrap_or(positions),
+            type_vocab_size: self.type_vocab_size.unwrap_or(types),
+            layer_norm_eps: self.layer_norm_eps.unwrap_or(1e-12),
+            pad_token_id: self.pad_token_id.unwrap_or(pad),
+            position_embedding_type: self.position_embedding_type.unwrap_or_else(|| "absolute".into()),
+        }
+    }
+}
+
+impl BertConfig {
+    /// What neither backend implements, refused at load with the field and its value. Both backends call
+    /// this, so they refuse the same checkpoints.
+    pub fn check(&self) -> Result<(), ModelError> {
+        if self.position_embedding_type != "absolute" {
+            return Err(ModelError::Unsupported(format!(
+                "position_embedding_type `{}` (only `absolute` is implemented)",
+                self.position_embedding_type
+            )));
+        }
+        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(ModelError::Unsupported(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The activations transformers names in `hidden_act`.
@@ -218,18 +294,7 @@ impl Bert {
     /// Loads from a var builder rooted where `embeddings.*` and `encoder.*` live (the `bert.` prefix, if
     /// any, already applied).
     pub fn load(vb: VarBuilder, cfg: &BertConfig, flavor: Flavor) -> Result<Self, ModelError> {
-        if cfg.position_embedding_type != "absolute" {
-            return Err(ModelError::Unsupported(format!(
-                "position_embedding_type `{}` (only `absolute`)",
-                cfg.position_embedding_type
-            )));
-        }
-        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
-            return Err(ModelError::Unsupported(format!(
-                "hidden_size {} is not a multiple of num_attention_heads {}",
-                cfg.hidden_size, cfg.num_attention_heads
-            )));
-        }
+        cfg.check()?;
         let act = Activation::parse(&cfg.hidden_act)?;
         let embeddings = Embeddings::load(vb.pp("embeddings"), cfg).map_err(weights)?;
         let layers = (0..cfg.num_hidden_layers)

@@ -8,16 +8,38 @@ use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use super::bert::{self, Activation, Bert, BertConfig, Dense, Flavor};
+use super::bert::{self, Activation, Bert, BertClass, BertConfig, BertConfigFile, Dense, Flavor};
 use super::clap_fusion::Fusion;
 use crate::batch::Batch;
 use crate::error::{weights, ModelError};
 use crate::media::audio::AudioFeatures;
 
+/// `ClapConfig`, with transformers' defaults where the file omits a field: the text tower's are
+/// `ClapTextConfig`'s (a RoBERTa: `pad_token_id` 1, one token type, 514 positions), not BERT's.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(from = "ClapConfigFile")]
 pub struct ClapConfig {
     pub text_config: BertConfig,
     pub audio_config: AudioConfig,
+}
+
+#[derive(Deserialize)]
+struct ClapConfigFile {
+    #[serde(default)]
+    text_config: Option<BertConfigFile>,
+    #[serde(default)]
+    audio_config: Option<AudioConfig>,
+    /// transformers' `ClapConfig.__init__` writes this onto both towers' configs, over their own values.
+    #[serde(default = "relu")]
+    projection_hidden_act: String,
+}
+
+impl From<ClapConfigFile> for ClapConfig {
+    fn from(f: ClapConfigFile) -> Self {
+        let mut audio_config = f.audio_config.unwrap_or_else(AudioConfig::class_default);
+        audio_config.projection_hidden_act = f.projection_hidden_act;
+        ClapConfig { text_config: f.text_config.unwrap_or_default().resolve(BertClass::ClapText), audio_config }
+    }
 }
 
 /// An int or a pair, as transformers accepts for patch sizes.
@@ -50,8 +72,11 @@ pub struct AudioConfig {
     pub patch_size: Pair,
     #[serde(default = "d4x4")]
     pub patch_stride: Pair,
+    #[serde(default = "d768")]
     pub hidden_size: usize,
+    #[serde(default = "default_depths")]
     pub depths: Vec<usize>,
+    #[serde(default = "default_heads")]
     pub num_attention_heads: Vec<usize>,
     #[serde(default)]
     pub enable_fusion: bool,
@@ -79,6 +104,22 @@ pub struct AudioConfig {
     pub projection_hidden_act: String,
 }
 
+impl AudioConfig {
+    /// `ClapAudioConfig()`: HTSAT-unfused's geometry.
+    fn class_default() -> Self {
+        serde_json::from_value(serde_json::json!({})).expect("every audio field has a default")
+    }
+}
+
+fn d768() -> usize {
+    768
+}
+fn default_depths() -> Vec<usize> {
+    vec![2, 2, 6, 2]
+}
+fn default_heads() -> Vec<usize> {
+    vec![4, 8, 16, 32]
+}
 fn d1() -> usize {
     1
 }

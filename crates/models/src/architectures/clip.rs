@@ -14,7 +14,10 @@ use crate::batch::Batch;
 use crate::error::{weights, ModelError};
 use crate::media::image::Pixels;
 
+/// `CLIPConfig`, with the defaults of `CLIPTextConfig` and `CLIPVisionConfig` (ViT-B/32) where the file
+/// omits a field, as transformers reads it: `save_pretrained` drops what equals them.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(from = "ClipConfigFile")]
 pub struct ClipConfig {
     pub text_config: TextConfig,
     pub vision_config: VisionConfig,
@@ -22,54 +25,105 @@ pub struct ClipConfig {
 }
 
 /// What both towers' configs share.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct TowerConfig {
     pub hidden_size: usize,
     pub intermediate_size: usize,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
-    #[serde(default = "quick_gelu")]
     pub hidden_act: String,
-    #[serde(default = "default_eps")]
     pub layer_norm_eps: f64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct TextConfig {
-    #[serde(flatten)]
     pub tower: TowerConfig,
     pub vocab_size: usize,
-    #[serde(default = "default_text_positions")]
     pub max_position_embeddings: usize,
     /// 2 in checkpoints older than transformers#24773, which pool at the highest token id instead.
-    #[serde(default = "legacy_eos")]
     pub eos_token_id: u32,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct VisionConfig {
-    #[serde(flatten)]
     pub tower: TowerConfig,
     pub image_size: usize,
     pub patch_size: usize,
-    #[serde(default = "three")]
     pub num_channels: usize,
 }
 
-fn quick_gelu() -> String {
-    "quick_gelu".into()
+#[derive(Debug, Default, Deserialize)]
+struct TowerFile {
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    hidden_act: Option<String>,
+    layer_norm_eps: Option<f64>,
 }
-fn default_eps() -> f64 {
-    1e-5
+
+impl TowerFile {
+    /// `(hidden, intermediate, layers, heads)` are the class's; both classes use quick GELU and 1e-5.
+    fn resolve(self, (hidden, intermediate, layers, heads): (usize, usize, usize, usize)) -> TowerConfig {
+        TowerConfig {
+            hidden_size: self.hidden_size.unwrap_or(hidden),
+            intermediate_size: self.intermediate_size.unwrap_or(intermediate),
+            num_hidden_layers: self.num_hidden_layers.unwrap_or(layers),
+            num_attention_heads: self.num_attention_heads.unwrap_or(heads),
+            hidden_act: self.hidden_act.unwrap_or_else(|| "quick_gelu".into()),
+            layer_norm_eps: self.layer_norm_eps.unwrap_or(1e-5),
+        }
+    }
 }
-fn default_text_positions() -> usize {
-    77
+
+#[derive(Debug, Default, Deserialize)]
+struct TextFile {
+    #[serde(flatten)]
+    tower: TowerFile,
+    vocab_size: Option<usize>,
+    max_position_embeddings: Option<usize>,
+    eos_token_id: Option<u32>,
 }
-fn legacy_eos() -> u32 {
-    2
+
+#[derive(Debug, Default, Deserialize)]
+struct VisionFile {
+    #[serde(flatten)]
+    tower: TowerFile,
+    image_size: Option<usize>,
+    patch_size: Option<usize>,
+    num_channels: Option<usize>,
 }
-fn three() -> usize {
-    3
+
+#[derive(Debug, Deserialize)]
+struct ClipConfigFile {
+    #[serde(default)]
+    text_config: Option<TextFile>,
+    #[serde(default)]
+    vision_config: Option<VisionFile>,
+    projection_dim: Option<usize>,
+}
+
+impl From<ClipConfigFile> for ClipConfig {
+    fn from(f: ClipConfigFile) -> Self {
+        let text = f.text_config.unwrap_or_default();
+        let vision = f.vision_config.unwrap_or_default();
+        ClipConfig {
+            text_config: TextConfig {
+                tower: text.tower.resolve((512, 2048, 12, 8)),
+                vocab_size: text.vocab_size.unwrap_or(49408),
+                max_position_embeddings: text.max_position_embeddings.unwrap_or(77),
+                // The class default since transformers#24773; an explicit 2 still selects the old pooling.
+                eos_token_id: text.eos_token_id.unwrap_or(49407),
+            },
+            vision_config: VisionConfig {
+                tower: vision.tower.resolve((768, 3072, 12, 12)),
+                image_size: vision.image_size.unwrap_or(224),
+                patch_size: vision.patch_size.unwrap_or(32),
+                num_channels: vision.num_channels.unwrap_or(3),
+            },
+            projection_dim: f.projection_dim,
+        }
+    }
 }
 
 /// One pre-norm transformer layer.

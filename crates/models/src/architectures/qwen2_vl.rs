@@ -122,8 +122,9 @@ fn silu() -> String {
 fn d32768() -> usize {
     32_768
 }
+/// `Qwen2VLTextConfig`'s `rms_norm_eps` (the vision tower's norms use a fixed 1e-6).
 fn eps() -> f64 {
-    1e-6
+    1e-5
 }
 
 fn layer_norm(vb: VarBuilder, h: usize) -> candle_core::Result<LayerNorm> {

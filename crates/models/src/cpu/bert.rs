@@ -43,14 +43,9 @@ impl FastBert {
     /// Loads from a var builder rooted at the encoder (the `bert.` / `roberta.` prefix applied).
     /// `int8` quantizes the linear layers' weights (dynamic quantization; attention stays f32).
     pub fn load(vb: VarBuilder, cfg: &BertConfig, flavor: Flavor, int8: bool) -> Result<Self, ModelError> {
+        cfg.check()?;
         let act = Act::parse(&cfg.hidden_act)?;
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
-        if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
-            return Err(ModelError::Unsupported(format!(
-                "hidden_size {h} is not a multiple of num_attention_heads {}",
-                cfg.num_attention_heads
-            )));
-        }
         let emb = vb.pp("embeddings");
         let word =
             host(emb.pp("word_embeddings").get((cfg.vocab_size, h), "weight").map_err(weights)?).map_err(weights)?;

@@ -148,9 +148,23 @@ thread_local! {
 /// `C[m × n] = A[m × k] · B[k × n]`, then the epilogue. `c` is row-major with row stride `ldc`.
 /// `parallel` spreads the work over the compute pool.
 pub fn gemm(a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
-    let (m, n, k) = (a.rows, b.n, b.k);
-    assert_eq!(a.cols, k, "inner dimensions differ");
+    let (m, n) = (a.rows, b.n);
     assert!(m == 0 || c.len() >= (m - 1) * ldc + n, "C is too small");
+    // SAFETY: `c` is exclusively borrowed and holds every element the product writes.
+    unsafe { gemm_raw(a, b, Out { ptr: c.as_mut_ptr(), ld: ldc }, epi, parallel) }
+}
+
+/// [`gemm`] into a raw output: for callers whose tasks write disjoint, interleaved parts of one buffer
+/// (attention heads write column blocks of the same rows), where no `&mut` slice may cover another
+/// task's elements.
+///
+/// # Safety
+/// `out.ptr + r * out.ld + j` must be valid for reads and writes for every `r < a.rows`, `j < b.n`, and
+/// nothing else may access those elements while this runs.
+pub(crate) unsafe fn gemm_raw(a: MatRef, b: &PackedB, out: Out, epi: Epilogue, parallel: bool) {
+    let (m, n, k) = (a.rows, b.n, b.k);
+    let ldc = out.ld;
+    assert_eq!(a.cols, k, "inner dimensions differ");
     if let Epilogue::BiasResidual(_, r) = epi {
         assert!(m == 0 || r.len() >= (m - 1) * ldc + n, "residual is too small");
     }
@@ -158,7 +172,6 @@ pub fn gemm(a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, epi: Epilogue, pa
         return;
     }
     let isa = Isa::get();
-    let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
     let panels = n.div_ceil(b.nr);
     let mr = isa.mr();
     let micro = m.div_ceil(mr);

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use candle_nn::VarBuilder;
 use rayon::prelude::*;
 
-use super::gemm::{gemm, Epilogue, MatRef, PackedB};
+use super::gemm::{gemm, gemm_raw, Epilogue, MatRef, Out, PackedB};
 use super::qgemm::{gemm_i8, PackedI8};
 use super::{ops, Isa};
 
@@ -103,15 +103,23 @@ pub(crate) enum Act {
     GeluTanh,
     /// OpenAI CLIP's `x · sigmoid(1.702 x)`.
     QuickGelu,
+    Relu,
+    /// `x · sigmoid(x)`.
+    Silu,
 }
 
 impl Act {
+    /// The names transformers' `ACT2FN` gives these functions (the candle path takes the same).
     pub fn parse(name: &str) -> Result<Self, crate::error::ModelError> {
         match name {
             "gelu" => Ok(Act::GeluErf),
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Act::GeluTanh),
             "quick_gelu" => Ok(Act::QuickGelu),
-            other => Err(crate::error::ModelError::Unsupported(format!("hidden_act `{other}` on the fast CPU path"))),
+            "relu" => Ok(Act::Relu),
+            "silu" | "swish" => Ok(Act::Silu),
+            other => Err(crate::error::ModelError::Unsupported(format!(
+                "hidden_act `{other}` (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, relu, silu)"
+            ))),
         }
     }
 
@@ -119,7 +127,7 @@ impl Act {
     pub fn epilogue(self, bias: &[f32]) -> Epilogue<'_> {
         match self {
             Act::GeluErf => Epilogue::BiasGelu(bias),
-            Act::GeluTanh | Act::QuickGelu => Epilogue::Bias(bias),
+            Act::GeluTanh | Act::QuickGelu | Act::Relu | Act::Silu => Epilogue::Bias(bias),
         }
     }
 
@@ -129,6 +137,8 @@ impl Act {
             Act::GeluErf => {}
             Act::GeluTanh => ops::gelu_tanh(isa, x),
             Act::QuickGelu => ops::quick_gelu(isa, x),
+            Act::Relu => ops::relu(isa, x),
+            Act::Silu => ops::silu(isa, x),
         }
     }
 }
@@ -158,6 +168,7 @@ pub(crate) fn attention(
 ) {
     let hd = h / nh;
     let scale = 1.0 / (hd as f32).sqrt();
+    assert!(ctx.len() >= cu_seqlens.last().copied().unwrap_or(0) * h, "context buffer too small");
     let out = SharedOut(ctx.as_mut_ptr());
     let job = |(s, head): (usize, usize)| {
         let (r0, n) = (cu_seqlens[s], cu_seqlens[s + 1] - cu_seqlens[s]);
@@ -182,9 +193,12 @@ pub(crate) fn attention(
             }
             values.repack(n, hd, &qkv[base + 2 * h..], 3 * h, 1);
             let p = MatRef { data: scores, rows: n, cols: n, ld: n };
-            // SAFETY: this task alone writes rows r0..r0+n, columns head·hd..(head+1)·hd of ctx.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out.at(r0 * h + head * hd), (n - 1) * h + hd) };
-            gemm(p, values, dst, h, Epilogue::None, false);
+            // The task's block (rows r0..r0+n, columns head·hd..(head+1)·hd) interleaves with other
+            // heads' blocks, so it is written through the raw handle: no `&mut` slice spans them.
+            let dst = Out { ptr: out.at(r0 * h + head * hd), ld: h };
+            // SAFETY: the block lies inside ctx (asserted above: every row < total tokens, every column
+            // < h), and this (sequence, head) task is the only one touching it.
+            unsafe { gemm_raw(p, values, dst, Epilogue::None, false) };
         });
     };
     let seqs = cu_seqlens.len().saturating_sub(1);
@@ -196,8 +210,9 @@ struct SharedOut(*mut f32);
 
 impl SharedOut {
     fn at(&self, offset: usize) -> *mut f32 {
-        // SAFETY: offsets stay inside the context buffer; see `attention`.
-        unsafe { self.0.add(offset) }
+        // No reference is formed: wrapping_add keeps this a plain address computation; `attention`
+        // bounds every offset by the buffer's length.
+        self.0.wrapping_add(offset)
     }
 }
 
@@ -220,4 +235,77 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `softmax(q kᵀ / √d) v` for one (sequence, head), written the plain way.
+    fn naive(qkv: &[f32], r0: usize, n: usize, h: usize, hd: usize, head: usize, causal: bool) -> Vec<f32> {
+        let at = |t: usize, part: usize, d: usize| qkv[(r0 + t) * 3 * h + part * h + head * hd + d];
+        let mut out = vec![0.0; n * hd];
+        for i in 0..n {
+            let seen = if causal { i + 1 } else { n };
+            let scores: Vec<f32> = (0..seen)
+                .map(|j| (0..hd).map(|d| at(i, 0, d) * at(j, 1, d)).sum::<f32>() / (hd as f32).sqrt())
+                .collect();
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f32 = exps.iter().sum();
+            for (j, e) in exps.iter().enumerate() {
+                for d in 0..hd {
+                    out[i * hd + d] += e / total * at(j, 2, d);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn activations_match_their_formulas_on_every_kernel_set() {
+        let xs: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.25).collect();
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| (*i as u8) >= (Isa::get() as u8)) {
+            for (name, f) in [
+                ("relu", (|x: f32| x.max(0.0)) as fn(f32) -> f32),
+                ("silu", |x: f32| x / (1.0 + (-x).exp())),
+                ("quick_gelu", |x: f32| x / (1.0 + (-1.702 * x).exp())),
+            ] {
+                let act = Act::parse(name).unwrap();
+                let mut got = xs.clone();
+                act.finish(isa, &mut got);
+                for (x, g) in xs.iter().zip(&got) {
+                    assert!((g - f(*x)).abs() <= 1e-5 * (1.0 + f(*x).abs()), "{name} {isa:?} at {x}: {g}");
+                }
+            }
+        }
+        assert!(Act::parse("tanh").is_err());
+    }
+
+    // Small enough for Miri: two sequences (one of a single token), two heads writing interleaved
+    // column blocks of the same rows.
+    #[test]
+    fn attention_matches_the_plain_formula_per_sequence_and_head() {
+        let (h, nh) = (8, 2);
+        let hd = h / nh;
+        let cu = [0, 3, 4, 6];
+        let tokens = 6;
+        let qkv: Vec<f32> = (0..tokens * 3 * h).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.05).collect();
+        for causal in [false, true] {
+            let mut ctx = vec![f32::NAN; tokens * h];
+            attention(Isa::get(), &qkv, &mut ctx, &cu, h, nh, causal);
+            for s in 0..cu.len() - 1 {
+                let (r0, n) = (cu[s], cu[s + 1] - cu[s]);
+                for head in 0..nh {
+                    let want = naive(&qkv, r0, n, h, hd, head, causal);
+                    for t in 0..n {
+                        for d in 0..hd {
+                            let got = ctx[(r0 + t) * h + head * hd + d];
+                            assert!((got - want[t * hd + d]).abs() < 1e-5, "causal {causal} seq {s} head {head}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -134,6 +134,22 @@ fn quick_gelu_body(x: &mut [f32]) {
     }
 }
 
+/// `x · sigmoid(x)` (SiLU, swish).
+#[inline(always)]
+fn silu_body(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v /= 1.0 + exp(-*v);
+    }
+}
+
+/// `max(x, 0)`; compare-and-select, so NaN stays NaN as in torch.
+#[inline(always)]
+fn relu_body(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = if *v < 0.0 { 0.0 } else { *v };
+    }
+}
+
 #[inline(always)]
 fn layer_norm_body(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     let n = x.len() as f32;
@@ -225,6 +241,8 @@ versions! {
     gelu_erf(x: &mut [f32]) => gelu_erf_body;
     gelu_tanh(x: &mut [f32]) => gelu_tanh_body;
     quick_gelu(x: &mut [f32]) => quick_gelu_body;
+    silu(x: &mut [f32]) => silu_body;
+    relu(x: &mut [f32]) => relu_body;
     layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) => layer_norm_body;
     softmax(x: &mut [f32], scale: f32) => softmax_body;
     add(dst: &mut [f32], src: &[f32]) => add_assign;

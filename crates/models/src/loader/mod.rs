@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use candle_nn::VarBuilder;
 
-use crate::architectures::bert::{self, Bert, BertConfig, Flavor};
+use crate::architectures::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
 use crate::architectures::clap::{Clap, ClapConfig};
 use crate::architectures::clip::{Clip, ClipConfig};
 use crate::batch::{Batch, Output};
@@ -285,7 +285,10 @@ fn load_bert_family(
     flavor: Flavor,
     opts: &LoadOptions,
 ) -> Result<LoadedModel, ModelError> {
-    let cfg: BertConfig = read_json(&dir.join("config.json"))?;
+    let class = BertClass::from_model_type(&arch.model_type).ok_or_else(|| {
+        ModelError::Unsupported(format!("model_type `{}` is not a BERT-family encoder", arch.model_type))
+    })?;
+    let cfg: BertConfig = read_json::<BertConfigFile>(&dir.join("config.json"))?.resolve(class);
     let st = SentenceTransformerConfig::read(dir)?;
     let model_max = flavor.max_len(&cfg);
     let window = st.max_seq_length.unwrap_or(model_max).min(model_max);

@@ -1,0 +1,77 @@
+//! What a checkpoint asks for and a backend does not implement is refused at load, on every backend,
+//! naming the field and its value; what one backend runs, the other runs the same.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use aleph_models::{load, Batch, LoadOptions};
+use common::{backends, fixtures, max_diff};
+use serde_json::Value;
+
+/// A copy of a tiny fixture with `edit` applied to its config.json.
+fn variant(fixture: &str, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
+    let src = fixtures().join(fixture);
+    let dir = std::env::temp_dir().join(format!("aleph-refusal-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() && path.file_name().unwrap() != "config.json" {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+fn load_error(dir: &Path, opts: &LoadOptions) -> String {
+    match load(dir, opts) {
+        Ok(_) => panic!("{} loaded on {:?}", dir.display(), opts.backend),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn relative_position_embeddings_are_refused_on_every_backend() {
+    for kind in ["relative_key", "relative_key_query"] {
+        let dir = variant("bert-classify", kind, |c| c["position_embedding_type"] = Value::from(kind));
+        for (backend, name) in backends() {
+            let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+            assert!(e.contains("position_embedding_type") && e.contains(kind), "{name}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn unknown_activations_are_refused_and_relu_silu_run_on_both_backends() {
+    let dir = variant("bert-classify", "tanh", |c| c["hidden_act"] = Value::from("tanh"));
+    for (backend, name) in backends() {
+        let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+        assert!(e.contains("hidden_act") && e.contains("tanh"), "{name}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    for act in ["relu", "silu"] {
+        let dir = variant("bert-classify", act, |c| c["hidden_act"] = Value::from(act));
+        let outputs: Vec<Vec<Vec<f32>>> = backends()
+            .iter()
+            .map(|(backend, _)| {
+                let loaded = load(&dir, &LoadOptions { backend: *backend, ..Default::default() }).unwrap();
+                let mut batch = Batch::new();
+                for text in ["a short one", "and a somewhat longer sentence than that"] {
+                    let e = loaded.tokenizer.encode(text).unwrap();
+                    batch.push(&e.ids, &e.type_ids);
+                }
+                loaded.model.forward(&batch).unwrap().vectors
+            })
+            .collect();
+        for (cpu, candle) in outputs[0].iter().zip(&outputs[1]) {
+            assert!(max_diff(cpu, candle) < 1e-4, "{act}: {cpu:?} vs {candle:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
