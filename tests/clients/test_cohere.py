@@ -112,3 +112,17 @@ def test_errors(server, co):
         bad = cohere.ClientV2(api_key="wrong", base_url=server.base)
         with pytest.raises(cohere.errors.UnauthorizedError):
             bad.rerank(model=RERANK_MODEL, query=QUERY, documents=DOCS)
+
+
+def test_v1_client_embed(server):
+    # cohere.Client (v1) POSTs <base>/v1/embed {"texts", "model", "input_type", ["embedding_types"]} in chunks
+    # of 96 sent concurrently, and merges them by `response_type`, joining the ids; without
+    # embedding_types the answer is `embeddings_floats`, a plain list of vectors.
+    co1 = cohere.Client(api_key=server.key, base_url=server.base, timeout=120)
+    got = co1.embed(texts=TEXTS, model=EMBED_MODEL, input_type="search_document")
+    assert got.response_type == "embeddings_floats"
+    assert_same_vectors(got.embeddings, server.raw_embeddings(TEXTS), "cohere v1 floats")
+    typed = co1.embed(texts=TEXTS[:2], model=EMBED_MODEL, input_type="search_query", embedding_types=["float", "ubinary"])
+    assert typed.response_type == "embeddings_by_type"
+    assert_same_vectors(typed.embeddings.float_, server.raw_embeddings(TEXTS[:2]), "cohere v1 by type")
+    assert len(typed.embeddings.ubinary[0]) == 384 // 8

@@ -12,6 +12,7 @@ mod prepared;
 mod queue;
 pub mod registry;
 mod tokenize;
+mod warmup;
 mod worker;
 
 pub use error::EngineError;

@@ -27,7 +27,7 @@ pub fn load_debug() -> LoadedModel {
         audio: None,
         info: ModelInfo {
             task: Task::Embed,
-            backend: "debugengine",
+            backend: crate::loader::Compute::Debug,
             architecture: "DebugEngine".into(),
             dim: DEBUG_DIM,
             window: DEBUG_WINDOW,

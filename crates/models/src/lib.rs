@@ -22,7 +22,9 @@ pub mod tokenizer;
 
 pub use batch::{Batch, Output, OutputKind};
 pub use error::ModelError;
-pub use loader::{gpu_available, load, Backend, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task};
+pub use loader::{
+    gpu_available, load, Backend, Compute, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task,
+};
 pub use media::audio::{AudioFeatures, AudioProcessor};
 pub use media::image::{ImageProcessor, Pixels};
 pub use media::MediaError;

@@ -190,7 +190,7 @@ fn load_model(
         Some((root, max_bytes)) => Some(CacheConfig {
             dir: root.join(cache_folder_name(&spec.served_name)),
             max_bytes,
-            fingerprint: fingerprint(spec, dir.as_deref(), loaded.info.backend),
+            fingerprint: fingerprint(spec, dir.as_deref(), loaded.info.backend.name()),
         }),
         None => None,
     };

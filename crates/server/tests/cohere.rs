@@ -70,6 +70,18 @@ fn v2_embed_types_prompts_and_dimensions() {
     let as_f: Vec<f32> = int8.iter().map(|&x| x as f32).collect();
     assert!(cosine(&as_f, &second) > 0.9, "{}", cosine(&as_f, &second));
 
+    // Cohere v1 (`cohere.Client.embed`, POST /v1/embed): a plain list unless types are asked for; the
+    // same path still answers TEI's `inputs` body.
+    let v1 = ok(&s, "/v1/embed", json!({"model": "mini", "texts": texts, "input_type": "clustering"}));
+    assert_eq!(v1["response_type"], "embeddings_floats");
+    assert!(cosine(&floats(&v1["embeddings"][0]), &float) > 0.999999);
+    assert_eq!(v1["texts"], json!(texts));
+    let v1 = ok(&s, "/v1/embed", json!({"texts": texts, "embedding_types": ["ubinary"]}));
+    assert_eq!(v1["response_type"], "embeddings_by_type");
+    assert_eq!(v1["embeddings"]["ubinary"][1], e["ubinary"][1]);
+    let tei = ok(&s, "/v1/embed", json!({"inputs": texts[0]}));
+    assert!(cosine(&floats(&tei[0]), &float) > 0.999999);
+
     // input_type picks the model's prompt.
     let q = ok(&s, "/v2/embed", json!({"model": "mini", "texts": ["what is it"], "input_type": "search_query"}));
     let with_prompt = infinity(&s, "query: what is it", json!({}));

@@ -31,9 +31,12 @@ fn d128() -> usize {
 impl ColQwen2Config {
     pub fn parts(&self) -> Result<(VisionConfig, TextConfig, u32), String> {
         let vlm = &self.vlm_config;
-        let vision = serde_json::from_value(vlm.get("vision_config").cloned().unwrap_or_default())
+        // An omitted (or null) vision config is the class default, every field at its default.
+        let vision_value = vlm.get("vision_config").filter(|v| !v.is_null()).cloned();
+        let vision = serde_json::from_value(vision_value.unwrap_or_else(|| serde_json::json!({})))
             .map_err(|e| format!("vision_config: {e}"))?;
-        let text = serde_json::from_value(vlm.get("text_config").cloned().unwrap_or_else(|| vlm.clone()))
+        let text_value = vlm.get("text_config").filter(|v| !v.is_null()).cloned();
+        let text = serde_json::from_value(text_value.unwrap_or_else(|| vlm.clone()))
             .map_err(|e| format!("text_config: {e}"))?;
         let image = vlm.get("image_token_id").and_then(|v| v.as_u64()).unwrap_or(151_655) as u32;
         Ok((vision, text, image))

@@ -49,8 +49,8 @@ pub trait Model: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
     pub task: Task,
-    /// The compute backend, as `/models` reports it.
-    pub backend: &'static str,
+    /// What computes the model (`/models` reports its name).
+    pub backend: Compute,
     pub architecture: String,
     /// Length of each output vector: the embedding size, or the number of logits.
     pub dim: usize,
@@ -204,6 +204,33 @@ impl FromStr for DType {
     }
 }
 
+/// What computes a loaded model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compute {
+    /// Aleph's own CPU kernels: packed batches, no padding.
+    AlephCpu,
+    /// candle's tensor ops, which pad each batch to its longest sequence.
+    Candle,
+    /// The weight-free debug engine.
+    Debug,
+}
+
+impl Compute {
+    /// The name `/models` reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compute::AlephCpu => "aleph-cpu",
+            Compute::Candle => "candle",
+            Compute::Debug => "debugengine",
+        }
+    }
+
+    /// Whether padding counts against the token budget.
+    pub fn pads(self) -> bool {
+        self == Compute::Candle
+    }
+}
+
 /// Which implementation computes the encoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
@@ -303,7 +330,7 @@ fn load_bert_family(
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels are for the CPU; on a GPU candle computes.
     let backend_choice = if device.is_cpu() { opts.backend } else { Backend::Candle };
-    let (encoder, backend): (Box<dyn Encoder>, &'static str) = match backend_choice {
+    let (encoder, backend): (Box<dyn Encoder>, Compute) = match backend_choice {
         Backend::Auto => {
             let int8 = opts.dtype == DType::Int8;
             if int8 {
@@ -315,14 +342,14 @@ fn load_bert_family(
             } else {
                 FastBert::load(root, &cfg, flavor, int8)?
             };
-            (Box::new(fast), "aleph-cpu")
+            (Box::new(fast), Compute::AlephCpu)
         }
         Backend::Candle if opts.dtype == DType::Int8 => {
             return Err(ModelError::InvalidOption(
                 "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
             ))
         }
-        Backend::Candle => (Box::new(Bert::load(bert::root(vb.clone()), &cfg, flavor)?), "candle"),
+        Backend::Candle => (Box::new(Bert::load(bert::root(vb.clone()), &cfg, flavor)?), Compute::Candle),
     };
     let h = cfg.hidden_size;
     let (head, dim) = match &task {
@@ -352,10 +379,10 @@ fn load_bert_family(
         dim,
         window,
         // Aleph's CPU path packs sequences end to end; candle's pads them to the longest.
-        pads: backend == "candle",
+        pads: backend.pads(),
         pooling,
         normalize: st.normalize,
-        weight_bytes: if backend == "candle" { file_bytes(dir)? } else { encoder.weight_bytes() },
+        weight_bytes: if backend == Compute::Candle { file_bytes(dir)? } else { encoder.weight_bytes() },
         image_input: false,
         image_cost: 0,
         image_pixels_per_token: 0,
@@ -405,8 +432,8 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let (towers, backend) = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
-        Backend::Auto => (ClipTowers::Cpu(Box::new(FastClip::load(vb, &cfg)?)), "aleph-cpu"),
-        Backend::Candle => (ClipTowers::Candle(Box::new(Clip::load(vb, &cfg)?)), "candle"),
+        Backend::Auto => (ClipTowers::Cpu(Box::new(FastClip::load(vb, &cfg)?)), Compute::AlephCpu),
+        Backend::Candle => (ClipTowers::Candle(Box::new(Clip::load(vb, &cfg)?)), Compute::Candle),
     };
     let vision = &cfg.vision_config;
     let side = vision.image_size;
@@ -425,7 +452,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "CLIPModel".into()),
         dim: towers.dim(),
         window,
-        pads: backend == "candle",
+        pads: backend.pads(),
         // The text tower reads its end-of-text token; images their class token.
         pooling: Pooling::LastToken,
         normalize: true,
@@ -473,8 +500,8 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     let (towers, backend) = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
-        Backend::Auto => (ClapTowers::Cpu(Box::new(FastClap::load(vb, &cfg)?)), "aleph-cpu"),
-        Backend::Candle => (ClapTowers::Candle(Box::new(Clap::load(vb, &cfg)?)), "candle"),
+        Backend::Auto => (ClapTowers::Cpu(Box::new(FastClap::load(vb, &cfg)?)), Compute::AlephCpu),
+        Backend::Candle => (ClapTowers::Candle(Box::new(Clap::load(vb, &cfg)?)), Compute::Candle),
     };
     let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
     if audio.fusion() != cfg.audio_config.enable_fusion {
@@ -496,7 +523,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ClapModel".into()),
         dim,
         window,
-        pads: backend == "candle",
+        pads: backend.pads(),
         // The text tower pools its first token; clips average the final grid.
         pooling: Pooling::Cls,
         normalize: true,
@@ -589,7 +616,7 @@ fn normalized(mut vectors: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
 fn page_retriever_info(dim: usize, window: usize, weight_bytes: u64, image_cost: usize) -> ModelInfo {
     ModelInfo {
         task: Task::MultiVector,
-        backend: "candle",
+        backend: Compute::Candle,
         architecture: String::new(),
         dim,
         window,

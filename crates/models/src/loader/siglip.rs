@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use super::{
-    file_bytes, normalized, var_builder, ArchConfig, Backend, DType, LoadOptions, LoadedModel, Model, ModelInfo, Task,
+    file_bytes, normalized, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel, Model,
+    ModelInfo, Task,
 };
 use crate::architectures::siglip::{Siglip, SiglipConfig};
 use crate::batch::{Batch, Output};
@@ -83,10 +84,10 @@ enum Towers {
 }
 
 impl Towers {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> Compute {
         match self {
-            Towers::Cpu(_) => "aleph-cpu",
-            Towers::Candle(_) => "candle",
+            Towers::Cpu(_) => Compute::AlephCpu,
+            Towers::Candle(_) => Compute::Candle,
         }
     }
 }

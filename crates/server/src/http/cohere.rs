@@ -115,6 +115,17 @@ pub struct CohereEmbedResponse {
     pub response_type: &'static str,
 }
 
+/// Cohere v1's answer when no `embedding_types` are asked for.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CohereFloatsResponse {
+    pub id: String,
+    pub embeddings: Vec<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub texts: Option<Vec<String>>,
+    pub meta: Meta,
+    pub response_type: &'static str,
+}
+
 fn meta(unit: &'static str, n: usize) -> Meta {
     Meta { api_version: ApiVersion { version: "2" }, billed_units: BTreeMap::from([(unit, n)]) }
 }
@@ -141,12 +152,45 @@ pub async fn embed(
     ApiJson(req): ApiJson<CohereEmbedRequest>,
 ) -> Result<Response, ApiError> {
     let model = state.registry()?.get(&req.model)?;
-    let result = embed_inner(&state, model, req).await;
+    let result = embed_inner(&state, model, req, Version::V2).await;
     observe(model.name(), "/v2/embed", &result);
     result
 }
 
-async fn embed_inner(state: &AppState, model: &ModelHandle, req: CohereEmbedRequest) -> Result<Response, ApiError> {
+/// Which Cohere embed response: v2 always answers by type; v1 answers a plain list of floats
+/// (`embeddings_floats`) unless `embedding_types` is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    V1,
+    V2,
+}
+
+/// Whether a `/v1/embed` body is Cohere's (`texts`, `images`) rather than TEI's (`inputs`).
+pub fn is_cohere_embed(body: &axum::body::Bytes) -> bool {
+    #[derive(Deserialize)]
+    struct Probe {
+        texts: Option<serde::de::IgnoredAny>,
+        images: Option<serde::de::IgnoredAny>,
+        inputs: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Probe>(body).is_ok_and(|p| (p.texts.is_some() || p.images.is_some()) && p.inputs.is_none())
+}
+
+/// Cohere v1 embed (`cohere.Client.embed`, POST `/v1/embed`), from a body already read.
+pub async fn embed_v1(state: &AppState, body: &axum::body::Bytes) -> Result<Response, ApiError> {
+    let req: CohereEmbedRequest = super::extract::parse(body)?;
+    let model = state.registry()?.get(&req.model)?;
+    let result = embed_inner(state, model, req, Version::V1).await;
+    observe(model.name(), "/v1/embed", &result);
+    result
+}
+
+async fn embed_inner(
+    state: &AppState,
+    model: &ModelHandle,
+    req: CohereEmbedRequest,
+    version: Version,
+) -> Result<Response, ApiError> {
     let (inputs, texts) = match (req.texts, req.images) {
         (Some(texts), None) => {
             let texts = validate_texts("texts", texts, &state.limits)?;
@@ -197,6 +241,7 @@ async fn embed_inner(state: &AppState, model: &ModelHandle, req: CohereEmbedRequ
             v
         })
         .collect();
+    let floats_only = version == Version::V1 && req.embedding_types.is_none();
     let mut types = req.embedding_types.unwrap_or_else(|| vec![EmbeddingType::Float]);
     types.sort();
     types.dedup();
@@ -220,14 +265,21 @@ async fn embed_inner(state: &AppState, model: &ModelHandle, req: CohereEmbedRequ
             }
         }
     }
-    let body = CohereEmbedResponse {
-        id: uuid::Uuid::new_v4().to_string(),
-        embeddings,
-        texts,
-        meta: meta("input_tokens", out.prompt_tokens),
-        response_type: "embeddings_by_type",
-    };
-    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(body)).into_response())
+    let headers = timing_headers(out.tokenization_time, out.queue_time, out.inference_time);
+    let id = uuid::Uuid::new_v4().to_string();
+    let meta = meta("input_tokens", out.prompt_tokens);
+    if floats_only {
+        let body = CohereFloatsResponse {
+            id,
+            embeddings: embeddings.float.unwrap_or_default(),
+            texts,
+            meta,
+            response_type: "embeddings_floats",
+        };
+        return Ok((headers, Json(body)).into_response());
+    }
+    let body = CohereEmbedResponse { id, embeddings, texts, meta, response_type: "embeddings_by_type" };
+    Ok((headers, Json(body)).into_response())
 }
 
 /// A document to rerank: a string, or (Cohere v1, LiteLLM) an object with `text`.

@@ -59,7 +59,7 @@ fn describe(m: &ModelHandle) -> ModelInfoBody {
         object: "model",
         owned_by: "infinity",
         created: unix_now() as u64,
-        backend: m.info().backend,
+        backend: m.info().backend.name(),
         capabilities: m.info().capabilities(),
         weight_bytes: m.info().weight_bytes,
     }

@@ -71,6 +71,7 @@ use super::{classify, cohere, embeddings, error, health, models, rerank, schemas
         tei::Direction,
         cohere::CohereEmbedRequest,
         cohere::CohereEmbedResponse,
+        cohere::CohereFloatsResponse,
         cohere::EmbeddingsByType,
         cohere::EmbeddingType,
         cohere::CohereTruncate,

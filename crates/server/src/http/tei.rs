@@ -376,9 +376,20 @@ fn require_embedder(model: &ModelHandle) -> Result<(), TeiError> {
 #[utoipa::path(post, path = "/embed", tag = "tei", request_body = EmbedRequest,
     responses((status = 200, description = "One vector per input", body = Vec<Vec<f32>>),
               (status = 422, body = TeiErrorBody), (status = 424, body = TeiErrorBody)))]
-pub async fn embed(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
-    let req: EmbedRequest = body_of(&state, request).await?;
-    embed_request(&state, req).await
+pub async fn embed(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let body = match read_body(request, &state).await {
+        Ok(body) => body,
+        Err(e) => return TeiError::from(e).into_response(),
+    };
+    // Under /v1 this path is also Cohere v1's embed, told apart by its `texts`.
+    if super::cohere::is_cohere_embed(&body) {
+        return super::cohere::embed_v1(&state, &body).await.unwrap_or_else(IntoResponse::into_response);
+    }
+    let result = match json_of::<EmbedRequest>(&body) {
+        Ok(req) => embed_request(&state, req).await,
+        Err(e) => Err(e),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn embed_request(state: &AppState, req: EmbedRequest) -> TeiResult {
