@@ -33,6 +33,8 @@ struct PoolingConfig {
     pooling_mode_mean_sqrt_len_tokens: bool,
     #[serde(default)]
     pooling_mode_lasttoken: bool,
+    #[serde(default)]
+    pooling_mode_weightedmean_tokens: bool,
 }
 
 /// The named prompts of `config_sentence_transformers.json`, prepended to texts as
@@ -94,13 +96,22 @@ impl SentenceTransformerConfig {
                     let cfg: PoolingConfig = read_json(&path)?;
                     out.pooling = Some(pooling_from(&cfg).ok_or_else(|| {
                         ModelError::Unsupported(format!(
-                            "{}: no supported pooling mode is set (cls, mean, lasttoken)",
+                            "{}: the pooling is not one of cls, mean, lasttoken (max, mean_sqrt_len, weightedmean and \
+                             concatenated modes are not implemented)",
                             path.display()
                         ))
                     })?);
                 }
                 "Normalize" => out.normalize = true,
-                _ => {}
+                "Transformer" => {}
+                // Dense, LayerNorm, WordEmbeddings, ... change the vectors: running without them would
+                // return silently wrong ones.
+                other => {
+                    return Err(ModelError::Unsupported(format!(
+                        "sentence-transformers module `{other}` ({} in modules.json) is not implemented",
+                        if module.path.is_empty() { "no path" } else { module.path.as_str() }
+                    )))
+                }
             }
         }
         Ok(out)
@@ -112,7 +123,12 @@ fn module_config(dir: &Path, module_path: &str) -> PathBuf {
 }
 
 fn pooling_from(cfg: &PoolingConfig) -> Option<Pooling> {
-    if cfg.pooling_mode_max_tokens || cfg.pooling_mode_mean_sqrt_len_tokens {
+    if cfg.pooling_mode_max_tokens || cfg.pooling_mode_mean_sqrt_len_tokens || cfg.pooling_mode_weightedmean_tokens {
+        return None;
+    }
+    // Several modes set: sentence-transformers concatenates them into one longer vector.
+    let set = [cfg.pooling_mode_mean_tokens, cfg.pooling_mode_cls_token, cfg.pooling_mode_lasttoken];
+    if set.iter().filter(|m| **m).count() > 1 {
         return None;
     }
     if cfg.pooling_mode_mean_tokens {

@@ -17,9 +17,18 @@ fn variant(fixture: &str, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf 
     std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(&src).unwrap() {
         let path = entry.unwrap().path();
-        if path.is_file() && path.file_name().unwrap() != "config.json" {
-            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        let name = path.file_name().unwrap();
+        if name != "config.json" && name != "modules.json" {
+            // Module folders (1_Pooling, ...) are shared; files are copied so a test may change them.
+            if path.is_dir() {
+                std::os::unix::fs::symlink(&path, dir.join(name)).unwrap();
+            } else {
+                std::fs::copy(&path, dir.join(name)).unwrap();
+            }
         }
+    }
+    if src.join("modules.json").exists() {
+        std::fs::copy(src.join("modules.json"), dir.join("modules.json")).unwrap();
     }
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     edit(&mut config);
@@ -74,4 +83,42 @@ fn unknown_activations_are_refused_and_relu_silu_run_on_both_backends() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+#[test]
+fn sentence_transformers_modules_aleph_does_not_run_are_refused() {
+    let dir = variant("xlmr-embed", "dense-module", |_| {});
+    let mut modules: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("modules.json")).unwrap()).unwrap();
+    modules.insert(
+        2,
+        serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}),
+    );
+    std::fs::write(dir.join("modules.json"), Value::from(modules).to_string()).unwrap();
+    for (backend, name) in backends() {
+        let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+        assert!(e.contains("Dense") && e.contains("2_Dense"), "{name}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Two pooling modes at once: sentence-transformers concatenates them.
+    let dir = variant("xlmr-embed", "two-poolings", |_| {});
+    std::fs::remove_file(dir.join("1_Pooling")).unwrap();
+    std::fs::create_dir(dir.join("1_Pooling")).unwrap();
+    let pooling = serde_json::json!({"word_embedding_dimension": 32, "pooling_mode_cls_token": true,
+                                     "pooling_mode_mean_tokens": true});
+    std::fs::write(dir.join("1_Pooling/config.json"), pooling.to_string()).unwrap();
+    let e = load_error(&dir, &LoadOptions::default());
+    assert!(e.contains("pooling"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rope_variants_are_refused_on_the_decoders() {
+    let dir = variant("colpali", "rope-scaling", |c| {
+        c["vlm_config"]["text_config"]["rope_scaling"] = serde_json::json!({"type": "linear", "factor": 2.0});
+    });
+    let e = load_error(&dir, &LoadOptions { backend: aleph_models::Backend::Candle, ..Default::default() });
+    assert!(e.contains("rope_scaling") && e.contains("linear"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -41,6 +41,9 @@ pub struct GemmaConfig {
     pub rope_theta: Option<f64>,
     #[serde(default)]
     pub rope_parameters: Option<RopeParameters>,
+    /// transformers 4's name for a RoPE variant; only plain RoPE is implemented.
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -79,6 +82,12 @@ impl GemmaConfig {
         if let Some(kind) = self.rope_parameters.as_ref().and_then(|r| r.rope_type.as_deref()) {
             if kind != "default" {
                 return Err(ModelError::Unsupported(format!("Gemma rope_type `{kind}`")));
+            }
+        }
+        if let Some(scaling) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|t| t.as_str());
+            if kind != Some("default") {
+                return Err(ModelError::Unsupported(format!("Gemma rope_scaling `{scaling}` (only plain RoPE)")));
             }
         }
         Ok(self.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(10_000.0))
