@@ -44,6 +44,8 @@ pub struct HandleConfig {
     pub model_id: String,
     pub revision: Option<String>,
     pub dtype: &'static str,
+    /// `--default-prompt-name`: the prompt for texts whose request names none.
+    pub default_prompt_name: Option<String>,
 }
 
 /// One input to a model: a text, a (query, document) pair for a cross-encoder, or an encoded image
@@ -212,6 +214,15 @@ impl ModelHandle {
     /// The vector disk cache, when `--vector-disk-cache` is on.
     pub fn vector_cache(&self) -> Option<&VectorCache> {
         self.cache.as_deref()
+    }
+
+    /// The text to prepend for a request naming `requested` (else the model's default prompt, if any), or
+    /// why there is none.
+    pub fn prompt(&self, requested: Option<&str>) -> Result<Option<&str>, String> {
+        match requested.or(self.config.default_prompt_name.as_deref()) {
+            Some(name) => self.info.prompts.get(name).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The model's tokenizer (for `/tokenize` and `/decode`).

@@ -172,6 +172,11 @@ pub struct ServeArgs {
     )]
     pub embedding_dtype: Vec<String>,
 
+    /// The prompt of the model's `config_sentence_transformers.json` prepended to texts whose request names
+    /// none (TEI's flag; a request's `prompt_name` overrides it).
+    #[arg(long, env = "ALEPH_DEFAULT_PROMPT_NAME", value_delimiter = ';', help_heading = "Models")]
+    pub default_prompt_name: Vec<String>,
+
     /// Run the largest batch once at start-up, so memory problems show at boot.
     #[arg(long, env = "ALEPH_MODEL_WARMUP", action = ArgAction::Set, num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", help_heading = "Models")]
@@ -315,6 +320,8 @@ pub struct ModelSpec {
     pub embedding_dtype: EmbeddingDtype,
     pub trust_remote_code: bool,
     pub vector_disk_cache: bool,
+    /// `--default-prompt-name`, checked against the model's prompts at load.
+    pub default_prompt_name: Option<String>,
     pub warmup: bool,
     /// `--media-max-pixels`, applied by the model's image processor.
     pub max_image_pixels: u64,
@@ -348,6 +355,7 @@ impl ServeArgs {
         let embedding_dtype: Vec<EmbeddingDtype> = parsed("--embedding-dtype", &self.embedding_dtype, n, "float32")?;
         let trust = switch("--trust-remote-code", &self.trust_remote_code, self.no_trust_remote_code, n, true)?;
         let cache = switch("--vector-disk-cache", &self.vector_disk_cache, self.no_vector_disk_cache, n, false)?;
+        let prompts = per_model("--default-prompt-name", &self.default_prompt_name, n)?;
         let mut specs = Vec::with_capacity(n);
         for (i, id) in ids.iter().enumerate() {
             let device_ids = match device_ids[i].as_deref() {
@@ -368,6 +376,7 @@ impl ServeArgs {
                 embedding_dtype: embedding_dtype[i],
                 trust_remote_code: trust[i],
                 vector_disk_cache: cache[i],
+                default_prompt_name: prompts[i].clone().filter(|p| !p.is_empty()),
                 warmup: self.warmup(),
                 max_image_pixels: self.media_max_pixels,
                 max_audio_seconds: self.media_max_seconds,

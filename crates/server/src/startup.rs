@@ -153,6 +153,9 @@ fn load_model(
             (aleph_models::load(&dir, &first_opts).with_context(ctx)?, dir.display().to_string(), Some(dir))
         }
     };
+    if let Some(name) = &spec.default_prompt_name {
+        loaded.info.prompts.get(name).map_err(|e| anyhow!("--default-prompt-name for `{}`: {e}", spec.model_id))?;
+    }
     if spec.max_batch_tokens < loaded.info.window {
         return Err(anyhow!(
             "--max-batch-tokens {} is smaller than the window of `{}` ({} tokens): one full input would not fit",
@@ -212,6 +215,7 @@ fn load_model(
         vector_cache,
         model_id: spec.model_id.clone(),
         revision: spec.revision.clone(),
+        default_prompt_name: spec.default_prompt_name.clone(),
         dtype: match spec.dtype {
             aleph_models::DType::Int8 => "int8",
             _ => "float32",

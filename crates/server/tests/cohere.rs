@@ -7,8 +7,8 @@ use common::{cosine, floats, minilm_dir, repo_root, Server};
 use serde_json::{json, Value};
 
 /// all-MiniLM-L6-v2 with named prompts, as an instruction-tuned model ships them.
-fn minilm_with_prompts() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("aleph-cohere-prompts-{}", std::process::id()));
+fn minilm_with_prompts(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("aleph-cohere-prompts-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
     let src = minilm_dir();
@@ -35,7 +35,7 @@ fn infinity(s: &Server, text: &str, extra: Value) -> Vec<f32> {
 
 #[test]
 fn v2_embed_types_prompts_and_dimensions() {
-    let dir = minilm_with_prompts();
+    let dir = minilm_with_prompts("types");
     let path = dir.to_string_lossy().into_owned();
     let s = Server::start(&["--model-id", &path, "--served-model-name", "mini", "--no-model-warmup"]);
     let texts = ["the first text", "and a second one"];
@@ -126,4 +126,47 @@ fn v2_rerank_matches_infinity_and_returns_documents() {
     }
     s.post_json("/v2/rerank", &json!({"query": "q", "documents": ["a"], "top_n": 0})).assert_error(422);
     s.post_json("/v2/rerank", &json!({"query": "q", "documents": []})).assert_error(422);
+}
+
+#[test]
+fn prompt_names_and_the_default_prompt_apply_on_every_route() {
+    let dir = minilm_with_prompts("default");
+    let path = dir.to_string_lossy().into_owned();
+    let s = Server::start(&["--model-id", &path, "--served-model-name", "mini", "--no-model-warmup"]);
+    let plain = infinity(&s, "query: what is it", json!({}));
+    let named = infinity(&s, "what is it", json!({"prompt_name": "query"}));
+    assert!(cosine(&named, &plain) > 0.999999, "prompt_name on /embeddings prepends the prompt");
+    assert!(cosine(&infinity(&s, "what is it", json!({})), &plain) < 0.9999, "no prompt unless asked");
+    let e = s.post_json("/embeddings", &json!({"input": "x", "prompt_name": "nope"})).assert_error(422);
+    assert!(e["error"]["message"].as_str().unwrap().contains("document"), "names the prompts there are: {e}");
+    drop(s);
+
+    let s = Server::start(&[
+        "--model-id",
+        &path,
+        "--served-model-name",
+        "mini",
+        "--no-model-warmup",
+        "--default-prompt-name",
+        "query",
+    ]);
+    assert!(cosine(&infinity(&s, "what is it", json!({})), &plain) > 0.999999, "the default applies");
+    // A request's prompt_name overrides the default.
+    let passage = infinity(&s, "what is it", json!({"prompt_name": "document"}));
+    assert!(cosine(&passage, &plain) < 0.9999);
+    let tei = floats(&ok(&s, "/embed", json!({"inputs": "what is it"}))[0]);
+    assert!(cosine(&tei, &plain) > 0.999999, "TEI's /embed takes the default too");
+    let co = ok(&s, "/v2/embed", json!({"texts": ["what is it"], "input_type": "clustering"}));
+    assert!(cosine(&floats(&co["embeddings"]["float"][0]), &plain) > 0.999999, "no clustering prompt: the default");
+    let co = ok(&s, "/v2/embed", json!({"texts": ["what is it"], "input_type": "search_document"}));
+    assert!(cosine(&floats(&co["embeddings"]["float"][0]), &passage) > 0.999999, "the input type's prompt wins");
+    drop(s);
+
+    let logs =
+        match Server::try_start(&["--model-id", &path, "--no-model-warmup", "--default-prompt-name", "nope"], &[]) {
+            Ok(_) => panic!("an unknown default prompt started"),
+            Err(logs) => logs,
+        };
+    assert!(logs.contains("--default-prompt-name") && logs.contains("nope"), "{logs}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

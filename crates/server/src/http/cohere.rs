@@ -195,7 +195,9 @@ async fn embed_inner(
         (Some(texts), None) => {
             let texts = validate_texts("texts", texts, &state.limits)?;
             require_capability(model, &req.model, "embed", "model")?;
-            let prompt = req.input_type.as_deref().and_then(|t| prompt_for(model, t)).unwrap_or_default();
+            // The model's prompt for the input type, else its default prompt (`--default-prompt-name`).
+            let default = model.prompt(None).map_err(ApiError::bad_request)?;
+            let prompt = req.input_type.as_deref().and_then(|t| prompt_for(model, t)).or(default).unwrap_or_default();
             let inputs = texts.iter().map(|t| Input::Text(format!("{prompt}{t}"))).collect();
             (inputs, Some(texts))
         }

@@ -101,6 +101,7 @@ async fn media_route(
         dimensions: None,
         user: None,
         modality,
+        prompt_name: None,
     };
     let result = embed(&state, model, req).await;
     observe(model.name(), route, &result);
@@ -112,7 +113,17 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         Modality::Text => {
             let inputs = validate_inputs("input", req.input, &state.limits)?;
             require_capability(model, &req.model, req.modality.capability(), "modality")?;
-            inputs
+            match model.prompt(req.prompt_name.as_deref()) {
+                Ok(None) => inputs,
+                Ok(Some(prompt)) => inputs
+                    .into_iter()
+                    .map(|i| match i {
+                        Input::Text(t) => Input::Text(format!("{prompt}{t}")),
+                        other => other,
+                    })
+                    .collect(),
+                Err(e) => return Err(ApiError::unprocessable(e).with_param("prompt_name")),
+            }
         }
         Modality::Image | Modality::Audio => {
             let sources = req.input.texts().map_err(|i| {

@@ -237,6 +237,10 @@ pub struct EmbeddingRequest {
     pub user: Option<String>,
     #[serde(default, deserialize_with = "null_default")]
     pub modality: Modality,
+    /// A prompt of the model's `config_sentence_transformers.json` to prepend to each text (as TEI's and
+    /// sentence-transformers' `prompt_name`); default: `--default-prompt-name`, if set.
+    #[serde(default)]
+    pub prompt_name: Option<String>,
 }
 
 /// `POST /embeddings_image` and `/embeddings_audio` (deprecated): media references only.

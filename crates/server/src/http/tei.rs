@@ -320,10 +320,7 @@ async fn body_of<T: DeserializeOwned>(state: &Arc<AppState>, request: Request) -
 
 /// The texts of a request with the named prompt prepended.
 fn with_prompt(model: &ModelHandle, prompt_name: Option<&str>, inputs: InputItems) -> Result<Vec<Input>, TeiError> {
-    let prompt = match prompt_name {
-        Some(name) => Some(model.info().prompts.get(name).map_err(TeiError::validation)?.to_string()),
-        None => None,
-    };
+    let prompt = model.prompt(prompt_name).map_err(TeiError::validation)?.map(str::to_string);
     inputs
         .0
         .into_iter()
@@ -664,10 +661,8 @@ pub async fn tokenize(State(state): State<Arc<AppState>>, request: Request) -> T
     }
     check_batch(&state, texts.len())?;
     check_chars(&state, &texts.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let prompt = match req.prompt_name.as_deref() {
-        Some(name) => model.info().prompts.get(name).map_err(TeiError::validation)?.to_string(),
-        None => String::new(),
-    };
+    let prompt =
+        model.prompt(req.prompt_name.as_deref()).map_err(TeiError::validation)?.unwrap_or_default().to_string();
     if texts.iter().any(String::is_empty) && prompt.is_empty() {
         return Err(TeiError::empty("Input validation error: `inputs` cannot be empty"));
     }
