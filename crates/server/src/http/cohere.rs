@@ -19,14 +19,10 @@ use super::embeddings::f32_base64;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::rerank::relevance;
-use super::schemas::{null_default, DEFAULT_MODEL_NAME};
+use super::schemas::{default_model, null_default, null_model};
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
 use super::validate::{require_capability, validate_text, validate_texts};
-
-fn default_model() -> String {
-    DEFAULT_MODEL_NAME.to_string()
-}
 
 /// `embedding_types` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, ToSchema)]
@@ -52,7 +48,7 @@ pub enum CohereTruncate {
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct CohereEmbedRequest {
-    #[serde(default = "default_model")]
+    #[serde(default = "default_model", deserialize_with = "null_model")]
     pub model: String,
     /// Texts to embed.
     #[serde(default)]
@@ -302,7 +298,7 @@ impl CohereDocument {
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct CohereRerankRequest {
-    #[serde(default = "default_model")]
+    #[serde(default = "default_model", deserialize_with = "null_model")]
     pub model: String,
     pub query: String,
     pub documents: Vec<CohereDocument>,

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 pub const DEFAULT_MODEL_NAME: &str = "default/not-specified";
 
-fn default_model() -> String {
+pub(crate) fn default_model() -> String {
     DEFAULT_MODEL_NAME.to_string()
 }
 
@@ -18,7 +18,7 @@ pub fn null_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d:
 }
 
 /// `model`, where `null` means "not specified".
-fn null_model<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(crate) fn null_model<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(Option::<String>::deserialize(d)?.unwrap_or_else(default_model))
 }
 
