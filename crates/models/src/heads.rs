@@ -37,6 +37,10 @@ impl HostLinear {
         self.b.len()
     }
 
+    pub fn bytes(&self) -> usize {
+        4 * (self.w.len() + self.b.len())
+    }
+
     pub fn apply(&self, x: &[f32]) -> Vec<f32> {
         self.w
             .chunks_exact(self.inp)

@@ -5,6 +5,7 @@
 //! [`Model`] that runs one [`Batch`] at a time.
 
 pub mod architectures;
+pub mod backend;
 pub mod batch;
 pub mod config;
 pub mod cpu;
@@ -13,8 +14,10 @@ pub mod encoder;
 pub mod error;
 pub mod heads;
 pub mod hub;
+pub mod layers;
 pub mod loader;
 pub mod media;
+pub mod models;
 pub mod pooling;
 pub mod quantize;
 pub mod st_config;

@@ -1,16 +1,25 @@
 //! ColPali against transformers: the tiny seeded `ColPaliForRetrieval` from scripts/make_tiny_colpali.py,
 //! with the token ids, pixel values and per-token vectors transformers computed for test pages and queries.
 
-use aleph_models::{load, LoadOptions, Pixels};
+use aleph_models::{load, Backend, LoadOptions, Pixels};
 
 mod common;
 use common::{
-    check_multivector_queries, fixtures, floats, ids, max_diff, preprocess_like_transformers, reference, rows,
+    backends, check_multivector_queries, fixtures, floats, ids, max_diff, preprocess_like_transformers, reference, rows,
 };
 
 #[test]
 fn page_vectors_match_transformers() {
-    let loaded = load(&fixtures().join("colpali"), &LoadOptions::default()).unwrap();
+    for (backend, name) in backends() {
+        check_pages(backend, name);
+    }
+}
+
+/// Every page alone from transformers' pixels and from Aleph's preprocessing, then all of them in one batch.
+fn check_pages(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("colpali"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend.name(), name);
+    let mut all = Vec::new();
     assert_eq!(loaded.info.capabilities(), vec!["embed", "rerank", "image_embed"]);
     let dim = loaded.info.dim;
     let r = reference("colpali");
@@ -32,7 +41,8 @@ fn page_vectors_match_transformers() {
         let out = loaded.model.forward_images(std::slice::from_ref(&pixels)).unwrap();
         assert_eq!(out.vectors[0].len(), input.len() * dim);
         let d = max_diff(&out.vectors[0], &want);
-        assert!(d < 1e-4, "{file}: vectors from transformers' pixels differ by {d}");
+        assert!(d < 1e-4, "{file} on {name}: vectors from transformers' pixels differ by {d}");
+        all.push((pixels.clone(), want.clone()));
 
         // Aleph's preprocessing, end to end.
         if let Some(ours) = preprocess_like_transformers(processor, file, &pixels.data) {
@@ -41,9 +51,18 @@ fn page_vectors_match_transformers() {
             assert!(d < 1e-4, "{file}: vectors differ by {d}");
         }
     }
+    // All pages packed in one forward pass: each as it was alone.
+    let (pixels, wants): (Vec<Pixels>, Vec<Vec<f32>>) = all.into_iter().unzip();
+    let out = loaded.model.forward_images(&pixels).unwrap();
+    for (got, want) in out.vectors.iter().zip(&wants) {
+        let d = max_diff(got, want);
+        assert!(d < 1e-4, "{name}: a page batched with the others differs by {d}");
+    }
 }
 
 #[test]
 fn query_ids_and_vectors_match_transformers() {
-    check_multivector_queries("colpali");
+    for (backend, _) in backends() {
+        check_multivector_queries("colpali", backend);
+    }
 }

@@ -2,11 +2,11 @@
 //! with the token ids, patch pixels and per-token vectors transformers computed for test pages (each at its
 //! own resolution) and queries.
 
-use aleph_models::{load, LoadOptions, Pixels};
+use aleph_models::{load, Backend, LoadOptions, Pixels};
 
 mod common;
 use common::{
-    check_multivector_queries, fixtures, floats, ids, max_diff, preprocess_like_transformers, reference, rows,
+    backends, check_multivector_queries, fixtures, floats, ids, max_diff, preprocess_like_transformers, reference, rows,
 };
 
 const PATCH: usize = 4;
@@ -45,7 +45,16 @@ fn unpatchify(patches: &[f32], gh: usize, gw: usize) -> Pixels {
 
 #[test]
 fn page_vectors_match_transformers() {
-    let loaded = load(&fixtures().join("colqwen2"), &LoadOptions::default()).unwrap();
+    for (backend, name) in backends() {
+        check_pages(backend, name);
+    }
+}
+
+/// Every page alone from transformers' pixels and from Aleph's preprocessing, then all of them in one batch.
+fn check_pages(backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join("colqwen2"), &LoadOptions { backend, ..Default::default() }).unwrap();
+    assert_eq!(loaded.info.backend.name(), name);
+    let mut all = Vec::new();
     assert_eq!(loaded.info.capabilities(), vec!["embed", "rerank", "image_embed"]);
     let dim = loaded.info.dim;
     let r = reference("colqwen2");
@@ -61,7 +70,8 @@ fn page_vectors_match_transformers() {
         let out = loaded.model.forward_images(std::slice::from_ref(&pixels)).unwrap();
         assert_eq!(out.vectors[0].len(), input.len() * dim, "{file}: one vector per token");
         let d = max_diff(&out.vectors[0], &want);
-        assert!(d < 1e-4, "{file}: vectors from transformers' pixels differ by {d}");
+        assert!(d < 1e-4, "{file} on {name}: vectors from transformers' pixels differ by {d}");
+        all.push((pixels.clone(), want.clone()));
         // Aleph's preprocessing (dynamic resolution), end to end. small-gray.png shrinks vertically (20 → 16
         // rows) while it grows horizontally (23 → 24 columns): for such resizes the Pillow 13 wheel the
         // reference was made with runs the vertical pass first (measured; Pillow's C source runs the
@@ -79,9 +89,18 @@ fn page_vectors_match_transformers() {
             assert!(d < 1e-4, "{file}: vectors differ by {d}");
         }
     }
+    // All pages packed in one forward pass: each as it was alone.
+    let (pixels, wants): (Vec<Pixels>, Vec<Vec<f32>>) = all.into_iter().unzip();
+    let out = loaded.model.forward_images(&pixels).unwrap();
+    for (got, want) in out.vectors.iter().zip(&wants) {
+        let d = max_diff(got, want);
+        assert!(d < 1e-4, "{name}: a page batched with the others differs by {d}");
+    }
 }
 
 #[test]
 fn query_ids_and_vectors_match_transformers() {
-    check_multivector_queries("colqwen2");
+    for (backend, _) in backends() {
+        check_multivector_queries("colqwen2", backend);
+    }
 }

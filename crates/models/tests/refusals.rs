@@ -118,7 +118,9 @@ fn rope_variants_are_refused_on_the_decoders() {
     let dir = variant("colpali", "rope-scaling", |c| {
         c["vlm_config"]["text_config"]["rope_scaling"] = serde_json::json!({"type": "linear", "factor": 2.0});
     });
-    let e = load_error(&dir, &LoadOptions { backend: aleph_models::Backend::Candle, ..Default::default() });
-    assert!(e.contains("rope_scaling") && e.contains("linear"), "{e}");
+    for (backend, name) in backends() {
+        let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+        assert!(e.contains("rope_scaling") && e.contains("linear"), "{name}: {e}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

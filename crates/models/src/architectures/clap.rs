@@ -8,11 +8,13 @@ use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{LayerNorm, VarBuilder};
 use serde::Deserialize;
 
-use super::bert::{self, Activation, Bert, BertClass, BertConfig, BertConfigFile, Dense, Flavor};
 use super::clap_fusion::Fusion;
-use crate::batch::Batch;
+use super::dense::Dense;
+use crate::backend::Activation;
 use crate::error::{weights, ModelError};
 use crate::media::audio::AudioFeatures;
+use crate::models::bert::{BertClass, BertConfig, BertConfigFile};
+use crate::models::clap_text::ClapText;
 
 /// `ClapConfig`, with transformers' defaults where the file omits a field: the text tower's are
 /// `ClapTextConfig`'s (a RoBERTa: `pad_token_id` 1, one token type, 514 positions), not BERT's.
@@ -577,47 +579,9 @@ fn bicubic_rows(x: &[f32], rows: usize, out: usize, cols: usize) -> Vec<f32> {
     y
 }
 
-pub struct ClapText {
-    encoder: Bert,
-    pooler: Dense,
-    projection: Projection,
-    window: usize,
-}
-
-impl ClapText {
-    fn load(
-        vb: VarBuilder,
-        proj: VarBuilder,
-        cfg: &BertConfig,
-        projection_dim: usize,
-        act: &str,
-    ) -> Result<Self, ModelError> {
-        let h = cfg.hidden_size;
-        Ok(ClapText {
-            encoder: Bert::load(vb.clone(), cfg, Flavor::Roberta)?,
-            pooler: Dense::load(vb.pp("pooler").pp("dense"), h, h).map_err(weights)?,
-            projection: Projection::load(proj, h, projection_dim, act)?,
-            window: Flavor::Roberta.max_len(cfg),
-        })
-    }
-
-    pub fn window(&self) -> usize {
-        self.window
-    }
-
-    /// Projected (not normalized) text embeddings: the pooler (tanh of a dense layer on `<s>`), then
-    /// the projection.
-    pub fn forward(&self, batch: &Batch) -> candle_core::Result<Vec<Vec<f32>>> {
-        let states = self.encoder.forward(batch)?;
-        let first = states.narrow(1, 0, 1)?.squeeze(1)?;
-        let pooled = self.pooler.forward(&first)?.tanh()?;
-        self.projection.forward(&pooled)?.to_dtype(DType::F32)?.to_vec2()
-    }
-}
-
 /// Both towers of a `ClapModel` checkpoint.
 pub struct Clap {
-    pub text: ClapText,
+    pub text: ClapText<crate::backend::candle::Candle>,
     pub audio: ClapAudio,
     pub dim: usize,
 }
@@ -629,10 +593,10 @@ impl Clap {
         let act = cfg.audio_config.projection_hidden_act.clone();
         Ok(Clap {
             text: ClapText::load(
-                bert::root(vb.pp("text_model")),
+                crate::backend::candle::Candle::new(vb.device().clone()),
+                vb.pp("text_model"),
                 vb.pp("text_projection"),
                 &cfg.text_config,
-                dim,
                 &act,
             )?,
             audio: ClapAudio::load(vb.pp("audio_model"), vb.pp("audio_projection"), &cfg.audio_config, dim)?,

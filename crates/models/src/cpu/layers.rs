@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use super::gemm::{gemm, gemm_raw, Epilogue, MatRef, Out, PackedB};
 use super::qgemm::{gemm_i8, PackedI8};
 use super::{ops, Isa};
+use crate::backend::AttentionSpec;
 
 pub(crate) fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
     t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()
@@ -27,7 +28,7 @@ impl Norm {
 }
 
 /// A dense layer with its weight packed for the GEMM: f32, or int8 (`--dtype int8`).
-pub(crate) struct Dense {
+pub struct Dense {
     w: Weights,
     pub b: Vec<f32>,
 }
@@ -86,6 +87,11 @@ impl Dense {
         }
     }
 
+    /// Output width.
+    pub fn out(&self) -> usize {
+        self.b.len()
+    }
+
     pub fn bytes(&self) -> usize {
         let w = match &self.w {
             Weights::F32(p) => p.bytes(),
@@ -95,34 +101,11 @@ impl Dense {
     }
 }
 
-/// The feed-forward activations the CPU encoders run, as `hidden_act` names them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Act {
-    /// erf GELU, fused into the GEMM's epilogue.
-    GeluErf,
-    GeluTanh,
-    /// OpenAI CLIP's `x · sigmoid(1.702 x)`.
-    QuickGelu,
-    Relu,
-    /// `x · sigmoid(x)`.
-    Silu,
-}
+/// The activations, as the CPU kernels compute them: erf GELU fused into the GEMM's epilogue, the rest
+/// in a pass over the product.
+pub(crate) use crate::backend::Activation as Act;
 
 impl Act {
-    /// The names transformers' `ACT2FN` gives these functions (the candle path takes the same).
-    pub fn parse(name: &str) -> Result<Self, crate::error::ModelError> {
-        match name {
-            "gelu" => Ok(Act::GeluErf),
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Act::GeluTanh),
-            "quick_gelu" => Ok(Act::QuickGelu),
-            "relu" => Ok(Act::Relu),
-            "silu" | "swish" => Ok(Act::Silu),
-            other => Err(crate::error::ModelError::Unsupported(format!(
-                "hidden_act `{other}` (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, relu, silu)"
-            ))),
-        }
-    }
-
     /// The epilogue of the GEMM that feeds the activation.
     pub fn epilogue(self, bias: &[f32]) -> Epilogue<'_> {
         match self {
@@ -135,6 +118,14 @@ impl Act {
     pub fn finish(self, isa: Isa, x: &mut [f32]) {
         match self {
             Act::GeluErf => {}
+            _ => self.apply_rows(isa, x),
+        }
+    }
+
+    /// The whole activation, in place.
+    pub fn apply_rows(self, isa: Isa, x: &mut [f32]) {
+        match self {
+            Act::GeluErf => ops::gelu_erf(isa, x),
             Act::GeluTanh => ops::gelu_tanh(isa, x),
             Act::QuickGelu => ops::quick_gelu(isa, x),
             Act::Relu => ops::relu(isa, x),
@@ -145,8 +136,13 @@ impl Act {
 
 /// Layer-normalizes each `h`-wide row, in parallel when there are many.
 pub(crate) fn norm_rows(isa: Isa, x: &mut [f32], norm: &Norm, h: usize, eps: f32) {
+    layer_norm_rows(isa, x, &norm.gamma, &norm.beta, h, eps)
+}
+
+/// [`norm_rows`] with the gains and biases as slices.
+pub(crate) fn layer_norm_rows(isa: Isa, x: &mut [f32], gamma: &[f32], beta: &[f32], h: usize, eps: f32) {
     let rows = x.len() / h;
-    let run = |row: &mut [f32]| ops::layer_norm(isa, row, &norm.gamma, &norm.beta, eps);
+    let run = |row: &mut [f32]| ops::layer_norm(isa, row, gamma, beta, eps);
     if rows >= 64 {
         super::pool().install(|| x.par_chunks_mut(h).for_each(run));
     } else {
@@ -154,32 +150,28 @@ pub(crate) fn norm_rows(isa: Isa, x: &mut [f32], norm: &Norm, h: usize, eps: f32
     }
 }
 
-/// Self-attention for every (sequence, head) of a packed batch: `ctx[t, head] = softmax(q kᵀ / √d) v`.
-/// `qkv` holds each token's query, key and value side by side (`[tokens, 3h]`); `causal` lets token
-/// `i` see tokens `0..=i` only.
-pub(crate) fn attention(
-    isa: Isa,
-    qkv: &[f32],
-    ctx: &mut [f32],
-    cu_seqlens: &[usize],
-    h: usize,
-    nh: usize,
-    causal: bool,
-) {
-    let hd = h / nh;
-    let scale = 1.0 / (hd as f32).sqrt();
-    assert!(ctx.len() >= cu_seqlens.last().copied().unwrap_or(0) * h, "context buffer too small");
+/// Self-attention for every (sequence, query head) of a packed batch:
+/// `ctx[t, head] = softmax(scale · q kᵀ) v`. `qkv` holds each token's query heads, key heads and value
+/// heads side by side (see [`AttentionSpec`]); `ctx` is `[tokens, heads · head_dim]`.
+pub(crate) fn attention(isa: Isa, qkv: &[f32], ctx: &mut [f32], cu_seqlens: &[usize], spec: &AttentionSpec) {
+    let AttentionSpec { heads, kv_heads, head_dim: hd, scale, causal } = *spec;
+    let (ld, width) = (spec.qkv_width(), spec.out_width());
+    let group = heads / kv_heads.max(1);
+    let tokens = cu_seqlens.last().copied().unwrap_or(0);
+    assert!(qkv.len() >= tokens * ld, "qkv buffer too small");
+    assert!(ctx.len() >= tokens * width, "context buffer too small");
     let out = SharedOut(ctx.as_mut_ptr());
     let job = |(s, head): (usize, usize)| {
         let (r0, n) = (cu_seqlens[s], cu_seqlens[s + 1] - cu_seqlens[s]);
         if n == 0 {
             return;
         }
+        let kv = head / group;
         with_scratch(|scratch| {
             let Scratch { scores, keys, values } = scratch;
-            let base = r0 * 3 * h + head * hd;
-            let q = MatRef { data: &qkv[base..], rows: n, cols: hd, ld: 3 * h };
-            keys.repack(hd, n, &qkv[base + h..], 1, 3 * h);
+            let row0 = r0 * ld;
+            let q = MatRef { data: &qkv[row0 + head * hd..], rows: n, cols: hd, ld };
+            keys.repack(hd, n, &qkv[row0 + (heads + kv) * hd..], 1, ld);
             scores.clear();
             scores.resize(n * n, 0.0);
             gemm(q, keys, scores, n, Epilogue::None, false);
@@ -191,18 +183,18 @@ pub(crate) fn attention(
                     ops::softmax(isa, row, scale);
                 }
             }
-            values.repack(n, hd, &qkv[base + 2 * h..], 3 * h, 1);
+            values.repack(n, hd, &qkv[row0 + (heads + kv_heads + kv) * hd..], ld, 1);
             let p = MatRef { data: scores, rows: n, cols: n, ld: n };
             // The task's block (rows r0..r0+n, columns head·hd..(head+1)·hd) interleaves with other
             // heads' blocks, so it is written through the raw handle: no `&mut` slice spans them.
-            let dst = Out { ptr: out.at(r0 * h + head * hd), ld: h };
+            let dst = Out { ptr: out.at(r0 * width + head * hd), ld: width };
             // SAFETY: the block lies inside ctx (asserted above: every row < total tokens, every column
-            // < h), and this (sequence, head) task is the only one touching it.
+            // < width), and this (sequence, head) task is the only one touching it.
             unsafe { gemm_raw(p, values, dst, Epilogue::None, false) };
         });
     };
     let seqs = cu_seqlens.len().saturating_sub(1);
-    let pairs: Vec<(usize, usize)> = (0..seqs).flat_map(|s| (0..nh).map(move |hh| (s, hh))).collect();
+    let pairs: Vec<(usize, usize)> = (0..seqs).flat_map(|s| (0..heads).map(move |hh| (s, hh))).collect();
     super::pool().install(|| pairs.into_par_iter().for_each(job));
 }
 
@@ -293,7 +285,7 @@ mod tests {
         let qkv: Vec<f32> = (0..tokens * 3 * h).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.05).collect();
         for causal in [false, true] {
             let mut ctx = vec![f32::NAN; tokens * h];
-            attention(Isa::get(), &qkv, &mut ctx, &cu, h, nh, causal);
+            attention(Isa::get(), &qkv, &mut ctx, &cu, &AttentionSpec::new(h, nh, causal));
             for s in 0..cu.len() - 1 {
                 let (r0, n) = (cu[s], cu[s + 1] - cu[s]);
                 for head in 0..nh {

@@ -5,15 +5,12 @@
 //! the forward pass, because candle's per-op allocations, padded attention and AVX2-only matmul leave
 //! most of the machine idle (see BENCHMARKS.md).
 
-pub mod bert;
 pub mod clap;
-pub mod clip;
 pub mod gemm;
 pub mod htsat;
-pub(crate) mod layers;
+pub mod layers;
 pub mod ops;
 pub mod qgemm;
-pub mod siglip;
 
 use std::sync::OnceLock;
 

@@ -161,6 +161,25 @@ fn layer_norm_body(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     }
 }
 
+/// `x / rms(x) · gamma` (RMSNorm).
+#[inline(always)]
+fn rms_norm_body(x: &mut [f32], gamma: &[f32], eps: f32) {
+    let n = x.len() as f32;
+    let ms = lane_sum(x, |v| v * v) / n;
+    let r = 1.0 / (ms + eps).sqrt();
+    for (v, g) in x.iter_mut().zip(gamma) {
+        *v = *v * r * g;
+    }
+}
+
+/// `dst *= src`, element by element (a gated MLP's gate times its up projection).
+#[inline(always)]
+fn mul_body(dst: &mut [f32], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d *= s;
+    }
+}
+
 #[inline(always)]
 fn softmax_body(x: &mut [f32], scale: f32) {
     let max = lane_max(x);
@@ -244,6 +263,8 @@ versions! {
     silu(x: &mut [f32]) => silu_body;
     relu(x: &mut [f32]) => relu_body;
     layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) => layer_norm_body;
+    rms_norm(x: &mut [f32], gamma: &[f32], eps: f32) => rms_norm_body;
+    mul(dst: &mut [f32], src: &[f32]) => mul_body;
     softmax(x: &mut [f32], scale: f32) => softmax_body;
     add(dst: &mut [f32], src: &[f32]) => add_assign;
 }

@@ -6,12 +6,14 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{
-    file_bytes, page_retriever_info, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo,
+    backend_for, file_bytes, page_retriever_info, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions,
+    LoadedModel, ModelInfo, PageModel, PageRetriever,
 };
-use crate::architectures::colpali::{ColPali, ColPaliConfig};
-use crate::batch::{Batch, Output};
+use crate::backend::{candle::Candle, cpu::Cpu, Ops};
+use crate::batch::Batch;
 use crate::error::{read_json, ModelError};
 use crate::media::image::{ImageProcessor, Pixels};
+use crate::models::colpali::{ColPali, ColPaliConfig};
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
 /// `processor_config.json` of `ColPaliProcessor` (transformers' defaults where absent).
@@ -56,8 +58,12 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
 
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    // No Aleph CPU kernels for this architecture yet: candle computes on every device.
-    let model = ColPali::load(vb, &cfg, page_prompt)?;
+    let model: Box<dyn LoadedColPali> = match backend_for(opts, &device) {
+        Backend::Auto => Box::new(ColPali::load(Cpu::f32(), vb, &cfg, page_prompt)?),
+        Backend::Candle => Box::new(ColPali::load(Candle::new(device.clone()), vb, &cfg, page_prompt)?),
+    };
+    let backend = model.compute();
+    let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
     let side = model.image_size();
     if images.output_size() != (side, side) {
@@ -68,10 +74,10 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     }
     let info = ModelInfo {
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColPaliForRetrieval".into()),
-        ..page_retriever_info(model.dim(), window, file_bytes(dir)?, model.tokens_per_image())
+        ..page_retriever_info(backend, model.dim(), window, weight_bytes, model.tokens_per_image())
     };
     Ok(LoadedModel {
-        model: std::sync::Arc::new(ColPaliModel(model)),
+        model: std::sync::Arc::new(PageModel(model.retriever())),
         tokenizer,
         images: Some(images),
         audio: None,
@@ -79,17 +85,40 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     })
 }
 
-struct ColPaliModel(ColPali);
+/// What the loader asks of a ColPali on any backend.
+trait LoadedColPali: PageRetriever {
+    fn dim(&self) -> usize;
+    fn image_size(&self) -> usize;
+    fn tokens_per_image(&self) -> usize;
+    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever>;
+}
 
-impl Model for ColPaliModel {
-    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        Ok(Output { vectors: self.0.forward_texts(batch)? })
+impl<O: Ops> PageRetriever for ColPali<O> {
+    fn compute(&self) -> Compute {
+        self.ops().compute()
     }
+    fn weight_bytes(&self) -> u64 {
+        ColPali::weight_bytes(self)
+    }
+    fn texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_texts(batch)
+    }
+    fn pages(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_images(images)
+    }
+}
 
-    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
-        if images.is_empty() {
-            return Ok(Output::default());
-        }
-        Ok(Output { vectors: self.0.forward_images(images)? })
+impl<O: Ops> LoadedColPali for ColPali<O> {
+    fn dim(&self) -> usize {
+        ColPali::dim(self)
+    }
+    fn image_size(&self) -> usize {
+        ColPali::image_size(self)
+    }
+    fn tokens_per_image(&self) -> usize {
+        ColPali::tokens_per_image(self)
+    }
+    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever> {
+        self
     }
 }

@@ -6,12 +6,14 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{
-    file_bytes, page_retriever_info, var_builder, ArchConfig, DType, LoadOptions, LoadedModel, Model, ModelInfo,
+    backend_for, file_bytes, page_retriever_info, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions,
+    LoadedModel, ModelInfo, PageModel, PageRetriever,
 };
-use crate::architectures::colqwen2::{ColQwen2, ColQwen2Config, PagePrompt};
-use crate::batch::{Batch, Output};
+use crate::backend::{candle::Candle, cpu::Cpu, Ops};
+use crate::batch::Batch;
 use crate::error::{read_json, ModelError};
 use crate::media::image::{ImageProcessor, Pixels};
+use crate::models::colqwen2::{ColQwen2, ColQwen2Config, PagePrompt};
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
 const IMAGE_PAD: &str = "<|image_pad|>";
@@ -55,8 +57,12 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
 
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    // No Aleph CPU kernels for this architecture yet: candle computes on every device.
-    let model = ColQwen2::load(vb, &cfg, page)?;
+    let model: Box<dyn LoadedColQwen2> = match backend_for(opts, &device) {
+        Backend::Auto => Box::new(ColQwen2::load(Cpu::f32(), vb, &cfg, page)?),
+        Backend::Candle => Box::new(ColQwen2::load(Candle::new(device.clone()), vb, &cfg, page)?),
+    };
+    let backend = model.compute();
+    let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
     let (factor, _, _) = images.dynamic().ok_or_else(|| {
         ModelError::Unsupported("a ColQwen2 image processor without dynamic resolution (min/max pixels)".into())
@@ -71,10 +77,10 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
     let info = ModelInfo {
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColQwen2ForRetrieval".into()),
         image_pixels_per_token: factor as usize * factor as usize,
-        ..page_retriever_info(model.dim(), window, file_bytes(dir)?, model.prompt_len())
+        ..page_retriever_info(backend, model.dim(), window, weight_bytes, model.prompt_len())
     };
     Ok(LoadedModel {
-        model: std::sync::Arc::new(ColQwen2Model(model)),
+        model: std::sync::Arc::new(PageModel(model.retriever())),
         tokenizer,
         images: Some(images),
         audio: None,
@@ -82,14 +88,40 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
     })
 }
 
-struct ColQwen2Model(ColQwen2);
+/// What the loader asks of a ColQwen2 on any backend.
+trait LoadedColQwen2: PageRetriever {
+    fn dim(&self) -> usize;
+    fn factor(&self) -> usize;
+    fn prompt_len(&self) -> usize;
+    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever>;
+}
 
-impl Model for ColQwen2Model {
-    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        Ok(Output { vectors: self.0.forward_texts(batch)? })
+impl<O: Ops> PageRetriever for ColQwen2<O> {
+    fn compute(&self) -> Compute {
+        self.ops().compute()
     }
+    fn weight_bytes(&self) -> u64 {
+        ColQwen2::weight_bytes(self)
+    }
+    fn texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_texts(batch)
+    }
+    fn pages(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_images(images)
+    }
+}
 
-    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
-        Ok(Output { vectors: self.0.forward_images(images)? })
+impl<O: Ops> LoadedColQwen2 for ColQwen2<O> {
+    fn dim(&self) -> usize {
+        ColQwen2::dim(self)
+    }
+    fn factor(&self) -> usize {
+        ColQwen2::factor(self)
+    }
+    fn prompt_len(&self) -> usize {
+        ColQwen2::prompt_len(self)
+    }
+    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever> {
+        self
     }
 }

@@ -9,20 +9,22 @@ use std::str::FromStr;
 
 use candle_nn::VarBuilder;
 
-use crate::architectures::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
 use crate::architectures::clap::{Clap, ClapConfig};
-use crate::architectures::clip::{Clip, ClipConfig};
+use crate::backend::candle::Candle;
+use crate::backend::cpu::Cpu;
+use crate::backend::record::Recording;
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
-use crate::cpu::bert::FastBert;
 use crate::cpu::clap::FastClap;
-use crate::cpu::clip::FastClip;
 use crate::encoder::Encoder;
 use crate::error::{read_json, weights, ModelError};
 use crate::heads::{Head, HostLinear};
+use crate::layers::Weights;
 use crate::media::audio::{AudioFeatures, AudioLimits, AudioProcessor};
 use crate::media::image::{ImageLimits, ImageProcessor, Pixels};
+use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, BertEncoder, Flavor};
+use crate::models::clip::{Clip, ClipConfig};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::st_config::SentenceTransformerConfig;
 use crate::tokenizer::TextTokenizer;
@@ -328,28 +330,19 @@ fn load_bert_family(
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    // Aleph's own kernels are for the CPU; on a GPU candle computes.
-    let backend_choice = if device.is_cpu() { opts.backend } else { Backend::Candle };
+    let backend_choice = backend_for(opts, &device);
     let (encoder, backend): (Box<dyn Encoder>, Compute) = match backend_choice {
         Backend::Auto => {
-            let int8 = opts.dtype == DType::Int8;
-            if int8 {
-                tracing::info!("int8 linear layers ({} kernel)", crate::cpu::qgemm::kernel_name());
-            }
-            let root = bert::root(vb.clone());
-            let fast = if int8 && smoothing_enabled() {
-                FastBert::load_int8_smoothed(root, &cfg, flavor, &calibration_batches(&tokenizer)?)?
-            } else {
-                FastBert::load(root, &cfg, flavor, int8)?
-            };
-            (Box::new(fast), Compute::AlephCpu)
+            (load_bert_cpu(vb.clone(), &cfg, flavor, opts.dtype == DType::Int8, &tokenizer)?, Compute::AlephCpu)
         }
         Backend::Candle if opts.dtype == DType::Int8 => {
             return Err(ModelError::InvalidOption(
                 "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
             ))
         }
-        Backend::Candle => (Box::new(Bert::load(bert::root(vb.clone()), &cfg, flavor)?), Compute::Candle),
+        Backend::Candle => {
+            (Box::new(BertEncoder::load(Candle::new(device.clone()), vb.clone(), &cfg, flavor)?), Compute::Candle)
+        }
     };
     let h = cfg.hidden_size;
     let (head, dim) = match &task {
@@ -396,6 +389,45 @@ fn load_bert_family(
     Ok(LoadedModel { model: std::sync::Arc::new(model), tokenizer, images: None, audio: None, info })
 }
 
+/// A BERT-family encoder on Aleph's CPU kernels: f32, or int8 (smoothed unless turned off).
+fn load_bert_cpu(
+    vb: VarBuilder<'static>,
+    cfg: &BertConfig,
+    flavor: Flavor,
+    int8: bool,
+    tokenizer: &TextTokenizer,
+) -> Result<Box<dyn Encoder>, ModelError> {
+    if !int8 {
+        return Ok(Box::new(BertEncoder::load(Cpu::f32(), vb, cfg, flavor)?));
+    }
+    tracing::info!("int8 linear layers ({} kernel)", crate::cpu::qgemm::kernel_name());
+    let smoothing = if smoothing_enabled() {
+        let batches = calibration_batches(tokenizer)?;
+        let load = |w: &Weights<'_, Recording<Cpu>>| Bert::load(w, cfg, flavor);
+        smoothing_stats(load, |m, o, b| m.forward(o, b).map(drop), &batches, bert::root(vb.clone()))?
+    } else {
+        Default::default()
+    };
+    Ok(Box::new(BertEncoder::load(Cpu::int8(smoothing), vb, cfg, flavor)?))
+}
+
+/// SmoothQuant's calibration for any family: loads it in f32 on a [`Recording`] backend, runs the
+/// calibration batches through it, and returns each linear layer's per-channel input maxima.
+fn smoothing_stats<M>(
+    load: impl FnOnce(&Weights<'_, Recording<Cpu>>) -> Result<M, ModelError>,
+    run: impl Fn(&M, &Recording<Cpu>, &Batch) -> Result<(), ModelError>,
+    batches: &[Batch],
+    vb: VarBuilder<'static>,
+) -> Result<std::collections::HashMap<String, Vec<f32>>, ModelError> {
+    let rec = Recording::new(Cpu::f32());
+    let model = load(&Weights::new(vb, &rec))?;
+    for batch in batches.iter().filter(|b| !b.is_empty()) {
+        run(&model, &rec, batch)?;
+    }
+    drop(model);
+    Ok(rec.into_maxima())
+}
+
 /// SmoothQuant for `--dtype int8`; `ALEPH_INT8_SMOOTHING=off` turns it off (for comparisons).
 fn smoothing_enabled() -> bool {
     !matches!(std::env::var("ALEPH_INT8_SMOOTHING").as_deref(), Ok("off" | "0" | "false"))
@@ -431,10 +463,11 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
-    let (towers, backend) = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
-        Backend::Auto => (ClipTowers::Cpu(Box::new(FastClip::load(vb, &cfg)?)), Compute::AlephCpu),
-        Backend::Candle => (ClipTowers::Candle(Box::new(Clip::load(vb, &cfg)?)), Compute::Candle),
+    let model: Box<dyn ImageTextModel> = match backend_for(opts, &device) {
+        Backend::Auto => Box::new(Clip::load(Cpu::f32(), vb, &cfg)?),
+        Backend::Candle => Box::new(Clip::load(Candle::new(device.clone()), vb, &cfg)?),
     };
+    let backend = model.compute();
     let vision = &cfg.vision_config;
     let side = vision.image_size;
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
@@ -450,16 +483,13 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         task: Task::Embed,
         backend,
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "CLIPModel".into()),
-        dim: towers.dim(),
+        dim: model.dim(),
         window,
         pads: backend.pads(),
         // The text tower reads its end-of-text token; images their class token.
         pooling: Pooling::LastToken,
         normalize: true,
-        weight_bytes: match &towers {
-            ClipTowers::Cpu(c) => c.weight_bytes(),
-            ClipTowers::Candle(_) => file_bytes(dir)?,
-        },
+        weight_bytes: if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() },
         image_input: true,
         image_cost: (side / vision.patch_size.max(1)).pow(2) + 1,
         image_pixels_per_token: 0,
@@ -468,27 +498,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         token_outputs: false,
         prompts: Default::default(),
     };
-    Ok(LoadedModel {
-        model: std::sync::Arc::new(ClipModel { towers }),
-        tokenizer,
-        images: Some(images),
-        audio: None,
-        info,
-    })
-}
-
-enum ClipTowers {
-    Cpu(Box<FastClip>),
-    Candle(Box<Clip>),
-}
-
-impl ClipTowers {
-    fn dim(&self) -> usize {
-        match self {
-            ClipTowers::Cpu(c) => c.dim(),
-            ClipTowers::Candle(c) => c.dim,
-        }
-    }
+    Ok(LoadedModel { model: std::sync::Arc::new(ImageText(model)), tokenizer, images: Some(images), audio: None, info })
 }
 
 /// CLAP: text and audio into one space, L2-normalized as transformers and Infinity return them.
@@ -499,7 +509,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let cfg: ClapConfig = read_json(&dir.join("config.json"))?;
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    let (towers, backend) = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
+    let (towers, backend) = match backend_for(opts, &device) {
         Backend::Auto => (ClapTowers::Cpu(Box::new(FastClap::load(vb, &cfg)?)), Compute::AlephCpu),
         Backend::Candle => (ClapTowers::Candle(Box::new(Clap::load(vb, &cfg)?)), Compute::Candle),
     };
@@ -578,31 +588,50 @@ impl Model for ClapModel {
     }
 }
 
-struct ClipModel {
-    towers: ClipTowers,
+/// A model with a text tower and an image tower into one space (CLIP, SigLIP), on whichever backend.
+pub(crate) trait ImageTextModel: Send + Sync {
+    fn compute(&self) -> Compute;
+    fn dim(&self) -> usize;
+    fn weight_bytes(&self) -> u64;
+    /// Projected, not yet normalized.
+    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError>;
+    fn images(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError>;
 }
 
-impl Model for ClipModel {
+impl<O: crate::backend::Ops> ImageTextModel for Clip<O> {
+    fn compute(&self) -> Compute {
+        self.ops().compute()
+    }
+    fn dim(&self) -> usize {
+        Clip::dim(self)
+    }
+    fn weight_bytes(&self) -> u64 {
+        Clip::weight_bytes(self)
+    }
+    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_text(batch)
+    }
+    fn images(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_images(images)
+    }
+}
+
+/// Serves an [`ImageTextModel`]: both kinds of input L2-normalized, as Infinity returns them.
+pub(crate) struct ImageText(pub(crate) Box<dyn ImageTextModel>);
+
+impl Model for ImageText {
     fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
         if batch.is_empty() {
             return Ok(Output::default());
         }
-        let vectors = match &self.towers {
-            ClipTowers::Cpu(c) => c.text.forward(batch)?,
-            ClipTowers::Candle(c) => c.text.forward(batch)?,
-        };
-        Ok(Output { vectors: normalized(vectors) })
+        Ok(Output { vectors: normalized(self.0.text(batch)?) })
     }
 
     fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
         if images.is_empty() {
             return Ok(Output::default());
         }
-        let vectors = match &self.towers {
-            ClipTowers::Cpu(c) => c.vision.forward(images)?,
-            ClipTowers::Candle(c) => c.vision.forward(images)?,
-        };
-        Ok(Output { vectors: normalized(vectors) })
+        Ok(Output { vectors: normalized(self.0.images(images)?) })
     }
 }
 
@@ -611,16 +640,16 @@ fn normalized(mut vectors: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
     vectors
 }
 
-/// What a late-interaction model over page images (ColPali, ColQwen2) reports, on candle: one vector per
-/// token, each sequence run alone (a batch costs its real tokens); `image_cost` is a page's tokens.
-fn page_retriever_info(dim: usize, window: usize, weight_bytes: u64, image_cost: usize) -> ModelInfo {
+/// What a late-interaction model over page images (ColPali, ColQwen2) reports: one vector per token;
+/// `image_cost` is a page's tokens.
+fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes: u64, image_cost: usize) -> ModelInfo {
     ModelInfo {
         task: Task::MultiVector,
-        backend: Compute::Candle,
+        backend,
         architecture: String::new(),
         dim,
         window,
-        pads: false,
+        pads: backend.pads(),
         pooling: Pooling::Mean,
         normalize: true,
         weight_bytes,
@@ -631,6 +660,43 @@ fn page_retriever_info(dim: usize, window: usize, weight_bytes: u64, image_cost:
         audio_cost: 0,
         token_outputs: false,
         prompts: Default::default(),
+    }
+}
+
+/// A late-interaction model over page images and queries (ColPali, ColQwen2), on whichever backend.
+pub(crate) trait PageRetriever: Send + Sync {
+    fn compute(&self) -> Compute;
+    fn weight_bytes(&self) -> u64;
+    /// Token vectors of each query, row-major `[tokens × dim]`.
+    fn texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Token vectors of each page, row-major `[tokens × dim]`.
+    fn pages(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError>;
+}
+
+pub(crate) struct PageModel(pub(crate) Box<dyn PageRetriever>);
+
+impl Model for PageModel {
+    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
+        if batch.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: self.0.texts(batch)? })
+    }
+
+    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
+        if images.is_empty() {
+            return Ok(Output::default());
+        }
+        Ok(Output { vectors: self.0.pages(images)? })
+    }
+}
+
+/// Which backend computes a model: Aleph's kernels on the CPU unless `--engine candle`; candle elsewhere.
+fn backend_for(opts: &LoadOptions, device: &candle_core::Device) -> Backend {
+    if device.is_cpu() {
+        opts.backend
+    } else {
+        Backend::Candle
     }
 }
 

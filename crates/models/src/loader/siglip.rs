@@ -4,14 +4,14 @@
 use std::path::Path;
 
 use super::{
-    file_bytes, normalized, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel, Model,
+    file_bytes, var_builder, ArchConfig, Backend, Compute, DType, ImageText, ImageTextModel, LoadOptions, LoadedModel,
     ModelInfo, Task,
 };
-use crate::architectures::siglip::{Siglip, SiglipConfig};
-use crate::batch::{Batch, Output};
-use crate::cpu::siglip::FastSiglip;
+use crate::backend::{candle::Candle, cpu::Cpu, Ops};
+use crate::batch::Batch;
 use crate::error::{read_json, ModelError};
 use crate::media::image::{ImageProcessor, Pixels};
+use crate::models::siglip::{Siglip, SiglipConfig};
 use crate::pooling::Pooling;
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
@@ -37,15 +37,14 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
-    let towers = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
-        Backend::Auto => Towers::Cpu(Box::new(FastSiglip::load(vb, &cfg, pad)?)),
-        Backend::Candle => Towers::Candle(Box::new(Siglip::load(vb, &cfg, pad)?)),
+    let model: Box<dyn ImageTextModel> = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
+        Backend::Auto => Box::new(Siglip::load(Cpu::f32(), vb, &cfg, pad)?),
+        Backend::Candle => Box::new(Siglip::load(Candle::new(device.clone()), vb, &cfg, pad)?),
     };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
-    let (side, image_cost, dim) = match &towers {
-        Towers::Cpu(m) => (m.vision.image_size(), m.vision.tokens_per_image(), m.dim()),
-        Towers::Candle(m) => (m.vision.image_size(), m.vision.tokens_per_image(), m.dim),
-    };
+    let side = cfg.vision_config.image_size;
+    let image_cost = (side / cfg.vision_config.patch_size.max(1)).pow(2);
+    let backend = model.compute();
     if images.output_size() != (side, side) {
         return Err(ModelError::Unsupported(format!(
             "the image processor makes {:?} images; the vision tower takes {side}x{side}",
@@ -54,19 +53,16 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     }
     let info = ModelInfo {
         task: Task::Embed,
-        backend: towers.name(),
+        backend,
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "SiglipModel".into()),
-        dim,
+        dim: model.dim(),
         window,
         // Every text runs padded to the whole window.
         pads: true,
         // The text tower reads its last position; images are pooled by the attention probe.
         pooling: Pooling::LastToken,
         normalize: true,
-        weight_bytes: match &towers {
-            Towers::Cpu(m) => m.weight_bytes(),
-            Towers::Candle(_) => file_bytes(dir)?,
-        },
+        weight_bytes: if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() },
         image_input: true,
         image_cost,
         image_pixels_per_token: 0,
@@ -75,43 +71,23 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         token_outputs: false,
         prompts: Default::default(),
     };
-    Ok(LoadedModel { model: std::sync::Arc::new(towers), tokenizer, images: Some(images), audio: None, info })
+    Ok(LoadedModel { model: std::sync::Arc::new(ImageText(model)), tokenizer, images: Some(images), audio: None, info })
 }
 
-enum Towers {
-    Cpu(Box<FastSiglip>),
-    Candle(Box<Siglip>),
-}
-
-impl Towers {
-    fn name(&self) -> Compute {
-        match self {
-            Towers::Cpu(_) => Compute::AlephCpu,
-            Towers::Candle(_) => Compute::Candle,
-        }
+impl<O: Ops> ImageTextModel for Siglip<O> {
+    fn compute(&self) -> Compute {
+        self.ops().compute()
     }
-}
-
-impl Model for Towers {
-    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        if batch.is_empty() {
-            return Ok(Output::default());
-        }
-        let vectors = match self {
-            Towers::Cpu(m) => m.text.forward(batch)?,
-            Towers::Candle(m) => m.text.forward(batch)?,
-        };
-        Ok(Output { vectors: normalized(vectors) })
+    fn dim(&self) -> usize {
+        self.dim
     }
-
-    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
-        if images.is_empty() {
-            return Ok(Output::default());
-        }
-        let vectors = match self {
-            Towers::Cpu(m) => m.vision.forward(images)?,
-            Towers::Candle(m) => m.forward_images(images)?,
-        };
-        Ok(Output { vectors: normalized(vectors) })
+    fn weight_bytes(&self) -> u64 {
+        Siglip::weight_bytes(self)
+    }
+    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_text(batch)
+    }
+    fn images(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_images(images)
     }
 }

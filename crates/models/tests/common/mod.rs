@@ -52,9 +52,9 @@ pub fn ids(v: &Value) -> Vec<u32> {
 }
 
 /// A multi-vector model's queries (`reference.json`'s `queries`): token ids through the model's query
-/// template, then per-token vectors, all queries in one batch (each computed as if alone).
-pub fn check_multivector_queries(model: &str) {
-    let loaded = load(&fixtures().join(model), &LoadOptions::default()).unwrap();
+/// template, then per-token vectors, all queries in one batch (each computed as if alone), on `backend`.
+pub fn check_multivector_queries(model: &str, backend: Backend) {
+    let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..Default::default() }).unwrap();
     let r = reference(model);
     let queries = r["queries"].as_array().unwrap();
     let mut batch = Batch::new();
@@ -66,6 +66,6 @@ pub fn check_multivector_queries(model: &str) {
     let out = loaded.model.forward(&batch).unwrap();
     for (q, got) in queries.iter().zip(&out.vectors) {
         let d = max_diff(got, &rows(&q["embeddings"]));
-        assert!(d < 1e-4, "{model}, {:?}: vectors differ by {d}", q["text"]);
+        assert!(d < 1e-4, "{model} on {backend:?}, {:?}: vectors differ by {d}", q["text"]);
     }
 }

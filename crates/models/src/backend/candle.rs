@@ -1,0 +1,350 @@
+//! candle's tensors as a backend, on whichever device candle runs (CUDA, Metal, CPU). Activations stay
+//! packed like the CPU backend's; only attention pads, gathering each sequence into a `[batch, len]`
+//! rectangle with a key mask, and gathers the real rows back.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post};
+use crate::error::{weights, ModelError};
+use crate::loader::Compute;
+
+pub struct Candle {
+    device: Device,
+}
+
+impl Candle {
+    pub fn new(device: Device) -> Self {
+        Candle { device }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+/// A linear layer with its weight stored transposed (`[in, out]`), ready for `x @ w`.
+pub struct Linear {
+    weight_t: Tensor,
+    bias: Option<Tensor>,
+}
+
+/// A batch's layout for padded attention.
+pub struct Seqs {
+    batch: usize,
+    len: usize,
+    /// For each of the `batch · len` padded slots, the packed row it reads (padding reads row 0).
+    gather: Tensor,
+    /// For each packed row, its padded slot.
+    scatter: Tensor,
+    /// `[batch, 1, 1, len]`: 0 for real keys, a huge negative for padding.
+    key_mask: Tensor,
+    /// `[len, len]`: 0 where a query may see a key causally, a huge negative elsewhere; built when first needed.
+    causal_mask: OnceLock<Tensor>,
+}
+
+impl Activation {
+    pub(crate) fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Activation::QuickGelu => x * candle_nn::ops::sigmoid(&(x * 1.702)?)?,
+            Activation::GeluErf => x.gelu_erf(),
+            Activation::GeluTanh => x.gelu(),
+            Activation::Relu => x.relu(),
+            Activation::Silu => candle_nn::ops::silu(x),
+        }
+    }
+}
+
+/// Layer norm through candle's fused op; RMS norm in f32 as transformers computes it.
+fn candle_norm(x: &Tensor, n: &Norm<Tensor>) -> candle_core::Result<Tensor> {
+    match (n.kind, &n.bias) {
+        (NormKind::Layer, Some(b)) => candle_nn::ops::layer_norm(x, &n.weight, b, n.eps),
+        (NormKind::Layer, None) => candle_nn::ops::layer_norm(x, &n.weight, &n.weight.zeros_like()?, n.eps),
+        (NormKind::Rms, _) => {
+            let rms = (x.sqr()?.mean_keepdim(1)? + n.eps as f64)?.sqrt()?;
+            x.broadcast_div(&rms)?.broadcast_mul(&n.weight)
+        }
+    }
+}
+
+fn forward_err(e: candle_core::Error) -> ModelError {
+    ModelError::Forward(e.to_string())
+}
+
+impl Ops for Candle {
+    type T = Tensor;
+    type Linear = Linear;
+    type Param = Tensor;
+    type Seqs = Seqs;
+
+    fn compute(&self) -> Compute {
+        Compute::Candle
+    }
+
+    fn linear(&self, w: Tensor, b: Option<Tensor>, _name: &str) -> Result<Linear, ModelError> {
+        let weight_t = w.to_device(&self.device).and_then(|w| w.t()?.contiguous()).map_err(weights)?;
+        let bias = b.map(|b| b.to_device(&self.device)).transpose().map_err(weights)?;
+        Ok(Linear { weight_t, bias })
+    }
+
+    fn param(&self, t: Tensor) -> Result<Tensor, ModelError> {
+        t.to_device(&self.device).map_err(weights)
+    }
+
+    fn linear_bytes(&self, l: &Linear) -> usize {
+        4 * (l.weight_t.elem_count() + l.bias.as_ref().map_or(0, Tensor::elem_count))
+    }
+
+    fn param_bytes(&self, p: &Tensor) -> usize {
+        4 * p.elem_count()
+    }
+
+    fn empty(&self) -> Result<Tensor, ModelError> {
+        Tensor::zeros((0, 0), DType::F32, &self.device).map_err(forward_err)
+    }
+
+    fn dims(&self, x: &Tensor) -> (usize, usize) {
+        x.dims2().unwrap_or((0, 0))
+    }
+
+    fn upload(&self, rows: usize, cols: usize, data: Vec<f32>) -> Result<Tensor, ModelError> {
+        Tensor::from_vec(data, (rows, cols), &self.device).map_err(forward_err)
+    }
+
+    fn host<'a>(&self, x: &'a Tensor) -> Result<Cow<'a, [f32]>, ModelError> {
+        Ok(Cow::Owned(x.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(forward_err)?))
+    }
+
+    fn download(&self, x: Tensor) -> Result<Vec<f32>, ModelError> {
+        x.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(forward_err)
+    }
+
+    fn seqs(&self, cu_seqlens: &[usize]) -> Result<Seqs, ModelError> {
+        let batch = cu_seqlens.len().saturating_sub(1);
+        let len = (0..batch).map(|i| cu_seqlens[i + 1] - cu_seqlens[i]).max().unwrap_or(0);
+        let mut gather = vec![0u32; batch * len];
+        let mut scatter = Vec::with_capacity(cu_seqlens.last().copied().unwrap_or(0));
+        let mut key_mask = vec![f32::MIN; batch * len];
+        for i in 0..batch {
+            for (t, row) in (cu_seqlens[i]..cu_seqlens[i + 1]).enumerate() {
+                gather[i * len + t] = row as u32;
+                scatter.push((i * len + t) as u32);
+                key_mask[i * len + t] = 0.0;
+            }
+        }
+        let dev = &self.device;
+        let scatter_len = scatter.len();
+        (|| {
+            Ok(Seqs {
+                batch,
+                len,
+                gather: Tensor::from_vec(gather, batch * len, dev)?,
+                scatter: Tensor::from_vec(scatter, scatter_len, dev)?,
+                key_mask: Tensor::from_vec(key_mask, (batch, 1, 1, len), dev)?,
+                causal_mask: OnceLock::new(),
+            })
+        })()
+        .map_err(forward_err)
+    }
+
+    fn embed(&self, out: &mut Tensor, width: usize, tables: &[(&Tensor, &[u32])]) -> Result<(), ModelError> {
+        let mut sum: Option<Tensor> = None;
+        for (table, ids) in tables {
+            let rows = table.dims2().map_err(forward_err)?.0;
+            if let Some(&id) = ids.iter().find(|&&id| id as usize >= rows) {
+                return Err(ModelError::Forward(format!("id {id} is outside an embedding table")));
+            }
+            let idx = Tensor::new(*ids, &self.device).map_err(forward_err)?;
+            let rows = table.index_select(&idx, 0).map_err(forward_err)?;
+            sum = Some(match sum {
+                None => rows,
+                Some(s) => (s + rows).map_err(forward_err)?,
+            });
+        }
+        *out = match sum {
+            Some(s) => s,
+            None => Tensor::zeros((0, width), DType::F32, &self.device).map_err(forward_err)?,
+        };
+        Ok(())
+    }
+
+    fn linear_fwd(&self, x: &Tensor, l: &Linear, post: Post<'_, Tensor>, out: &mut Tensor) -> Result<(), ModelError> {
+        let run = || -> candle_core::Result<Tensor> {
+            let mut y = x.matmul(&l.weight_t)?;
+            if let Some(b) = &l.bias {
+                y = y.broadcast_add(b)?;
+            }
+            match post {
+                Post::None => Ok(y),
+                Post::Act(a) => a.apply(&y),
+                Post::Residual(r) => y + r,
+            }
+        };
+        *out = run().map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn add_rows(&self, x: &mut Tensor, table: &Tensor, ids: &[u32]) -> Result<(), ModelError> {
+        let rows = table.dims2().map_err(forward_err)?.0;
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= rows) {
+            return Err(ModelError::Forward(format!("id {id} is outside a table")));
+        }
+        let idx = Tensor::new(ids, &self.device).map_err(forward_err)?;
+        *x = table.index_select(&idx, 0).and_then(|t| x.add(&t)).map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn gather_rows(&self, out: &mut Tensor, parts: &[&Tensor], rows: &[(u32, u32)]) -> Result<(), ModelError> {
+        let mut offsets = Vec::with_capacity(parts.len());
+        let mut total = 0u32;
+        for p in parts {
+            offsets.push(total);
+            total += p.dims2().map_err(forward_err)?.0 as u32;
+        }
+        let mut idx = Vec::with_capacity(rows.len());
+        for &(p, r) in rows {
+            match (offsets.get(p as usize), parts.get(p as usize)) {
+                (Some(&o), Some(t)) if (r as usize) < t.dim(0).map_err(forward_err)? => idx.push(o + r),
+                _ => return Err(ModelError::Forward("a gathered row is out of range".into())),
+            }
+        }
+        let run = || -> candle_core::Result<Tensor> {
+            let all = if parts.len() == 1 { parts[0].contiguous()? } else { Tensor::cat(parts, 0)?.contiguous()? };
+            let n = idx.len();
+            all.index_select(&Tensor::from_vec(idx, n, &self.device)?, 0)
+        };
+        *out = run().map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn norm_to(&self, x: &Tensor, n: &Norm<Tensor>, out: &mut Tensor) -> Result<(), ModelError> {
+        *out = candle_norm(x, n).map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn norm(&self, x: &mut Tensor, n: &Norm<Tensor>) -> Result<(), ModelError> {
+        *x = candle_norm(x, n).map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn glu(&self, x: &Tensor, act: Activation, out: &mut Tensor) -> Result<(), ModelError> {
+        let (_, w) = x.dims2().map_err(forward_err)?;
+        if !w.is_multiple_of(2) {
+            return Err(ModelError::Forward("a gated MLP's input has an odd width".into()));
+        }
+        let run = || -> candle_core::Result<Tensor> {
+            let gate = act.apply(&x.narrow(1, 0, w / 2)?)?;
+            gate * x.narrow(1, w / 2, w / 2)?
+        };
+        *out = run().map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn rotary(&self, qkv: &mut Tensor, spec: &AttentionSpec, cos: &Tensor, sin: &Tensor) -> Result<(), ModelError> {
+        let (rows, cols) = qkv.dims2().map_err(forward_err)?;
+        if cols != spec.qkv_width() || cos.dims2().map_err(forward_err)? != (rows, spec.head_dim / 2) {
+            return Err(ModelError::Forward("rotary tables do not fit the attention input".into()));
+        }
+        let hd = spec.head_dim;
+        let run = || -> candle_core::Result<Tensor> {
+            let rope = |start: usize, heads: usize| -> candle_core::Result<Tensor> {
+                let part = qkv.narrow(1, start * hd, heads * hd)?.reshape((1, rows, heads, hd))?.contiguous()?;
+                candle_nn::rotary_emb::rope_thd(&part, cos, sin)?.reshape((rows, heads * hd))
+            };
+            let q = rope(0, spec.heads)?;
+            let k = rope(spec.heads, spec.kv_heads)?;
+            let v = qkv.narrow(1, (spec.heads + spec.kv_heads) * hd, spec.kv_heads * hd)?.contiguous()?;
+            Tensor::cat(&[&q, &k, &v], 1)
+        };
+        *qkv = run().map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn reshape(&self, x: &mut Tensor, rows: usize, cols: usize) -> Result<(), ModelError> {
+        *x = x.reshape((rows, cols)).map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn attention(&self, qkv: &Tensor, seqs: &Seqs, spec: &AttentionSpec, out: &mut Tensor) -> Result<(), ModelError> {
+        spec.check()?;
+        let (b, l) = (seqs.batch, seqs.len);
+        let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *spec;
+        let run = || -> candle_core::Result<Tensor> {
+            let padded = qkv.contiguous()?.index_select(&seqs.gather, 0)?.reshape((b, l, spec.qkv_width()))?;
+            // [b, l, n·hd] columns from `start` heads on → [b, n, l, hd].
+            let part = |start: usize, n: usize| -> candle_core::Result<Tensor> {
+                padded.narrow(2, start * hd, n * hd)?.reshape((b, l, n, hd))?.transpose(1, 2)?.contiguous()
+            };
+            let q = (part(0, heads)? * spec.scale as f64)?;
+            let (mut k, mut v) = (part(heads, kv_heads)?, part(heads + kv_heads, kv_heads)?);
+            if kv_heads < heads {
+                let r = heads / kv_heads;
+                let repeat = |t: Tensor| -> candle_core::Result<Tensor> {
+                    t.unsqueeze(2)?.expand((b, kv_heads, r, l, hd))?.reshape((b, heads, l, hd))
+                };
+                k = repeat(k)?;
+                v = repeat(v)?;
+            }
+            let mut scores = q.matmul(&k.t()?)?.broadcast_add(&seqs.key_mask)?;
+            if spec.causal {
+                let mask = match seqs.causal_mask.get() {
+                    Some(m) => m.clone(),
+                    None => {
+                        let m: Vec<f32> = (0..l * l).map(|e| if e % l <= e / l { 0.0 } else { f32::MIN }).collect();
+                        let m = Tensor::from_vec(m, (l, l), &self.device)?;
+                        seqs.causal_mask.get_or_init(|| m).clone()
+                    }
+                };
+                scores = scores.broadcast_add(&mask)?;
+            }
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+            let ctx = probs.matmul(&v.contiguous()?)?.transpose(1, 2)?.reshape((b * l, spec.out_width()))?;
+            ctx.index_select(&seqs.scatter, 0)
+        };
+        let dims = qkv.dims2().map_err(forward_err)?;
+        if dims.1 != spec.qkv_width() || dims.0 != seqs.scatter.dim(0).map_err(forward_err)? {
+            return Err(ModelError::Forward("attention input does not fit its layout".into()));
+        }
+        *out = run().map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn pooled_attention(
+        &self,
+        q: &Tensor,
+        kv: &Tensor,
+        seqs: &Seqs,
+        spec: &AttentionSpec,
+        out: &mut Tensor,
+    ) -> Result<(), ModelError> {
+        spec.check()?;
+        let (b, l) = (seqs.batch, seqs.len);
+        let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *spec;
+        if q.dims2().map_err(forward_err)? != (b, heads * hd)
+            || kv.dims2().map_err(forward_err)? != (seqs.scatter.dim(0).map_err(forward_err)?, 2 * kv_heads * hd)
+        {
+            return Err(ModelError::Forward("pooled attention inputs do not fit their layout".into()));
+        }
+        let run = || -> candle_core::Result<Tensor> {
+            let padded = kv.contiguous()?.index_select(&seqs.gather, 0)?.reshape((b, l, 2 * kv_heads * hd))?;
+            let part = |start: usize| -> candle_core::Result<Tensor> {
+                let t = padded.narrow(2, start * hd, kv_heads * hd)?.reshape((b, l, kv_heads, hd))?.transpose(1, 2)?;
+                if kv_heads < heads {
+                    let r = heads / kv_heads;
+                    t.unsqueeze(2)?.expand((b, kv_heads, r, l, hd))?.reshape((b, heads, l, hd))
+                } else {
+                    t.contiguous()
+                }
+            };
+            let (k, v) = (part(0)?, part(kv_heads)?);
+            let q = (q.reshape((b, heads, 1, hd))? * spec.scale as f64)?;
+            let scores = q.matmul(&k.t()?)?.broadcast_add(&seqs.key_mask)?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+            probs.matmul(&v)?.reshape((b, heads * hd))
+        };
+        *out = run().map_err(forward_err)?;
+        Ok(())
+    }
+}

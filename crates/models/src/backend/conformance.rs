@@ -1,0 +1,315 @@
+//! Every backend against the plain formulas, computed here in f64: what a family may rely on.
+
+use candle_core::{Device, Tensor};
+
+use super::candle::Candle;
+use super::cpu::Cpu;
+use super::record::Recording;
+use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post};
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| (((i * 37 + seed * 11) % 29) as f32 - 14.0) * 0.05).collect()
+}
+
+fn close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((*g as f64 - w).abs() <= tol * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+fn tensor(data: &[f32], rows: usize, cols: usize) -> Tensor {
+    Tensor::from_vec(data.to_vec(), (rows, cols), &Device::Cpu).unwrap()
+}
+
+fn act(a: Activation, x: f64) -> f64 {
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    match a {
+        Activation::GeluErf => 0.5 * x * (1.0 + libm_erf(x / std::f64::consts::SQRT_2)),
+        Activation::GeluTanh => {
+            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        }
+        Activation::QuickGelu => x * sigmoid(1.702 * x),
+        Activation::Relu => x.max(0.0),
+        Activation::Silu => x * sigmoid(x),
+    }
+}
+
+// Abramowitz–Stegun 7.1.26 is too coarse for a 1e-5 check; a series and a continued fraction are not.
+fn libm_erf(x: f64) -> f64 {
+    if x.abs() > 3.0 {
+        return x.signum() * (1.0 - (-x * x).exp() / (x.abs() * std::f64::consts::PI.sqrt()));
+    }
+    let mut sum = 0.0;
+    let mut term = x;
+    for n in 0..60 {
+        sum += term / (2 * n + 1) as f64;
+        term *= -x * x / (n + 1) as f64;
+    }
+    2.0 / std::f64::consts::PI.sqrt() * sum
+}
+
+fn linear_and_norm<O: Ops>(o: &O, name: &str) {
+    let (rows, inp, out) = (5, 7, 6);
+    let (x, w, b, r) = (values(rows * inp, 1), values(out * inp, 2), values(out, 3), values(rows * out, 4));
+    let dense = |i: usize, j: usize| -> f64 {
+        (0..inp).map(|k| x[i * inp + k] as f64 * w[j * inp + k] as f64).sum::<f64>() + b[j] as f64
+    };
+    let l = o.linear(tensor(&w, out, inp), Some(Tensor::new(&b[..], &Device::Cpu).unwrap()), "l").unwrap();
+    let xt = o.upload(rows, inp, x.clone()).unwrap();
+    let rt = o.upload(rows, out, r.clone()).unwrap();
+    let mut y = o.empty().unwrap();
+    let plain: Vec<f64> = (0..rows * out).map(|e| dense(e / out, e % out)).collect();
+    o.linear_fwd(&xt, &l, Post::None, &mut y).unwrap();
+    assert_eq!(o.dims(&y), (rows, out));
+    close(&o.host(&y).unwrap(), &plain, 1e-5, &format!("{name} linear"));
+    for a in [Activation::GeluErf, Activation::GeluTanh, Activation::QuickGelu, Activation::Relu, Activation::Silu] {
+        o.linear_fwd(&xt, &l, Post::Act(a), &mut y).unwrap();
+        let want: Vec<f64> = plain.iter().map(|&v| act(a, v)).collect();
+        close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} linear {a:?}"));
+    }
+    o.linear_fwd(&xt, &l, Post::Residual(&rt), &mut y).unwrap();
+    let want: Vec<f64> = plain.iter().zip(&r).map(|(p, r)| p + *r as f64).collect();
+    close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} linear + residual"));
+
+    let (g, beta) = (values(out, 5), values(out, 6));
+    let norm = Norm {
+        kind: NormKind::Layer,
+        weight: o.param(Tensor::new(&g[..], &Device::Cpu).unwrap()).unwrap(),
+        bias: Some(o.param(Tensor::new(&beta[..], &Device::Cpu).unwrap()).unwrap()),
+        eps: 1e-5,
+    };
+    o.norm(&mut y, &norm).unwrap();
+    let mut want_norm = Vec::new();
+    for row in want.chunks(out) {
+        let mean = row.iter().sum::<f64>() / out as f64;
+        let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / out as f64;
+        want_norm.extend(
+            row.iter().enumerate().map(|(j, v)| (v - mean) / (var + 1e-5).sqrt() * g[j] as f64 + beta[j] as f64),
+        );
+    }
+    close(&o.host(&y).unwrap(), &want_norm, 1e-5, &format!("{name} layer norm"));
+}
+
+fn embed<O: Ops>(o: &O, name: &str) {
+    let (a, b) = (values(4 * 3, 7), values(6 * 3, 8));
+    let (ta, tb) = (o.param(tensor(&a, 4, 3)).unwrap(), o.param(tensor(&b, 6, 3)).unwrap());
+    let (ia, ib) = ([3u32, 0, 3], [5u32, 1, 0]);
+    let mut y = o.empty().unwrap();
+    o.embed(&mut y, 3, &[(&ta, &ia), (&tb, &ib)]).unwrap();
+    let want: Vec<f64> =
+        (0..9).map(|e| a[ia[e / 3] as usize * 3 + e % 3] as f64 + b[ib[e / 3] as usize * 3 + e % 3] as f64).collect();
+    close(&o.host(&y).unwrap(), &want, 1e-6, &format!("{name} embed"));
+    assert!(o.embed(&mut y, 3, &[(&ta, &[4])]).is_err(), "{name}: an id past the table is an error");
+}
+
+/// `softmax(scale · q kᵀ) v` per sequence and query head, from the fused layout.
+fn naive_attention(qkv: &[f32], cu: &[usize], spec: &AttentionSpec) -> Vec<f64> {
+    let (hd, ld) = (spec.head_dim, spec.qkv_width());
+    let group = spec.heads / spec.kv_heads;
+    let tokens = *cu.last().unwrap();
+    let mut out = vec![0.0; tokens * spec.out_width()];
+    for s in 0..cu.len() - 1 {
+        let (r0, n) = (cu[s], cu[s + 1] - cu[s]);
+        for head in 0..spec.heads {
+            let kv = head / group;
+            let at = |t: usize, col: usize| qkv[(r0 + t) * ld + col] as f64;
+            for i in 0..n {
+                let seen = if spec.causal { i + 1 } else { n };
+                let scores: Vec<f64> = (0..seen)
+                    .map(|j| {
+                        let dot: f64 = (0..hd).map(|d| at(i, head * hd + d) * at(j, (spec.heads + kv) * hd + d)).sum();
+                        dot * spec.scale as f64
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let exps: Vec<f64> = scores.iter().map(|v| (v - max).exp()).collect();
+                let total: f64 = exps.iter().sum();
+                for d in 0..hd {
+                    let v: f64 = exps
+                        .iter()
+                        .enumerate()
+                        .map(|(j, e)| e / total * at(j, (spec.heads + spec.kv_heads + kv) * hd + d))
+                        .sum();
+                    out[(r0 + i) * spec.out_width() + head * hd + d] = v;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn attention<O: Ops>(o: &O, name: &str) {
+    let cu = [0usize, 3, 4, 9];
+    let specs = [
+        AttentionSpec::new(8, 2, false),
+        AttentionSpec::new(8, 2, true),
+        // Grouped-query: four query heads over two key/value heads, a scale that is not 1/√d.
+        AttentionSpec { heads: 4, kv_heads: 2, head_dim: 3, scale: 0.3, causal: true },
+        AttentionSpec { heads: 4, kv_heads: 1, head_dim: 2, scale: 0.7, causal: false },
+    ];
+    let seqs = o.seqs(&cu).unwrap();
+    for spec in specs {
+        let qkv = values(9 * spec.qkv_width(), spec.heads + spec.head_dim);
+        let x = o.upload(9, spec.qkv_width(), qkv.clone()).unwrap();
+        let mut y = o.empty().unwrap();
+        o.attention(&x, &seqs, &spec, &mut y).unwrap();
+        assert_eq!(o.dims(&y), (9, spec.out_width()));
+        close(&o.host(&y).unwrap(), &naive_attention(&qkv, &cu, &spec), 1e-5, &format!("{name} {spec:?}"));
+    }
+    let wrong = o.upload(9, 5, values(45, 0)).unwrap();
+    let mut y = o.empty().unwrap();
+    assert!(o.attention(&wrong, &seqs, &specs[0], &mut y).is_err(), "{name}: a mis-shaped input is an error");
+}
+
+fn rms_glu_and_rows<O: Ops>(o: &O, name: &str) {
+    let (rows, w) = (3, 8);
+    let x = values(rows * w, 9);
+    let g = values(w, 10);
+    let norm = Norm {
+        kind: NormKind::Rms,
+        weight: o.param(Tensor::new(&g[..], &Device::Cpu).unwrap()).unwrap(),
+        bias: None,
+        eps: 1e-6,
+    };
+    let mut y = o.upload(rows, w, x.clone()).unwrap();
+    o.norm(&mut y, &norm).unwrap();
+    let want: Vec<f64> = x
+        .chunks(w)
+        .flat_map(|row| {
+            let rms = (row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / w as f64 + 1e-6).sqrt();
+            row.iter().zip(&g).map(|(v, g)| *v as f64 / rms * *g as f64).collect::<Vec<_>>()
+        })
+        .collect();
+    close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} rms norm"));
+
+    let xt = o.upload(rows, w, x.clone()).unwrap();
+    for a in [Activation::GeluErf, Activation::GeluTanh, Activation::QuickGelu, Activation::Relu, Activation::Silu] {
+        let mut out = o.empty().unwrap();
+        o.glu(&xt, a, &mut out).unwrap();
+        assert_eq!(o.dims(&out), (rows, w / 2));
+        let want: Vec<f64> = (0..rows * w / 2)
+            .map(|e| act(a, x[(e / 4) * w + e % 4] as f64) * x[(e / 4) * w + 4 + e % 4] as f64)
+            .collect();
+        close(&o.host(&out).unwrap(), &want, 1e-5, &format!("{name} glu {a:?}"));
+    }
+
+    // Rows picked from two matrices, a table added, the result read as another shape.
+    let (a, b) = (o.upload(2, 4, values(8, 11)).unwrap(), o.upload(3, 4, values(12, 12)).unwrap());
+    let (av, bv) = (values(8, 11), values(12, 12));
+    let mut out = o.empty().unwrap();
+    o.gather_rows(&mut out, &[&a, &b], &[(1, 2), (0, 0), (1, 0)]).unwrap();
+    let table = values(5 * 4, 13);
+    o.add_rows(&mut out, &o.param(tensor(&table, 5, 4)).unwrap(), &[4, 0, 4]).unwrap();
+    let picked = [&bv[8..12], &av[0..4], &bv[0..4]];
+    let want: Vec<f64> =
+        (0..12).map(|e| picked[e / 4][e % 4] as f64 + table[[4, 0, 4][e / 4] * 4 + e % 4] as f64).collect();
+    o.reshape(&mut out, 2, 6).unwrap();
+    assert_eq!(o.dims(&out), (2, 6));
+    close(&o.host(&out).unwrap(), &want, 1e-6, &format!("{name} gather + add rows + reshape"));
+    assert!(o.gather_rows(&mut out, &[&a], &[(0, 2)]).is_err(), "{name}: a row past the matrix is an error");
+    assert!(o.reshape(&mut out, 5, 5).is_err(), "{name}: a reshape must keep the element count");
+}
+
+/// Rotary positions, then grouped-query causal attention: what a decoder layer runs.
+fn rotary_attention<O: Ops>(o: &O, name: &str) {
+    let cu = [0usize, 4, 7];
+    let spec = AttentionSpec { heads: 4, kv_heads: 2, head_dim: 4, scale: 0.5, causal: true };
+    let (rows, half) = (7, 2);
+    let qkv = values(rows * spec.qkv_width(), 14);
+    let ang: Vec<f32> = (0..rows * half).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+    let (cos, sin): (Vec<f32>, Vec<f32>) = ang.iter().map(|a| (a.cos(), a.sin())).unzip();
+    let mut rotated = qkv.clone();
+    for r in 0..rows {
+        for head in 0..spec.heads + spec.kv_heads {
+            let base = r * spec.qkv_width() + head * spec.head_dim;
+            for j in 0..half {
+                let (x, y) = (qkv[base + j], qkv[base + half + j]);
+                let (c, s) = (cos[r * half + j], sin[r * half + j]);
+                rotated[base + j] = x * c - y * s;
+                rotated[base + half + j] = y * c + x * s;
+            }
+        }
+    }
+    let mut x = o.upload(rows, spec.qkv_width(), qkv).unwrap();
+    let (ct, st) = (o.upload(rows, half, cos).unwrap(), o.upload(rows, half, sin).unwrap());
+    o.rotary(&mut x, &spec, &ct, &st).unwrap();
+    let want: Vec<f64> = rotated.iter().map(|v| *v as f64).collect();
+    close(&o.host(&x).unwrap(), &want, 1e-6, &format!("{name} rotary"));
+    let mut y = o.empty().unwrap();
+    o.attention(&x, &o.seqs(&cu).unwrap(), &spec, &mut y).unwrap();
+    close(&o.host(&y).unwrap(), &naive_attention(&rotated, &cu, &spec), 1e-5, &format!("{name} rotary attention"));
+}
+
+/// One query row per sequence over that sequence's keys and values.
+fn pooled<O: Ops>(o: &O, name: &str) {
+    let cu = [0usize, 3, 8];
+    for spec in [
+        AttentionSpec { heads: 2, kv_heads: 2, head_dim: 3, scale: 0.6, causal: false },
+        AttentionSpec { heads: 4, kv_heads: 2, head_dim: 2, scale: 1.0, causal: false },
+    ] {
+        let (qw, kvw) = (spec.heads * spec.head_dim, 2 * spec.kv_heads * spec.head_dim);
+        let (q, kv) = (values(2 * qw, 15), values(8 * kvw, 16));
+        // As a full attention whose query rows are the pooled query: each sequence's first output row.
+        let mut fused = Vec::new();
+        for s in 0..2 {
+            for t in cu[s]..cu[s + 1] {
+                fused.extend_from_slice(&q[s * qw..(s + 1) * qw]);
+                fused.extend_from_slice(&kv[t * kvw..(t + 1) * kvw]);
+            }
+        }
+        let full = naive_attention(&fused, &cu, &spec);
+        let want: Vec<f64> = (0..2).flat_map(|s| full[cu[s] * qw..(cu[s] + 1) * qw].to_vec()).collect();
+        let mut y = o.empty().unwrap();
+        let (qt, kvt) = (o.upload(2, qw, q).unwrap(), o.upload(8, kvw, kv).unwrap());
+        o.pooled_attention(&qt, &kvt, &o.seqs(&cu).unwrap(), &spec, &mut y).unwrap();
+        close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} pooled {spec:?}"));
+    }
+}
+
+fn conforms<O: Ops>(o: &O, name: &str) {
+    linear_and_norm(o, name);
+    embed(o, name);
+    attention(o, name);
+    rms_glu_and_rows(o, name);
+    rotary_attention(o, name);
+    pooled(o, name);
+}
+
+#[test]
+fn the_cpu_backend_computes_the_formulas() {
+    conforms(&Cpu::f32(), "cpu");
+}
+
+#[test]
+fn the_candle_backend_computes_the_formulas() {
+    conforms(&Candle::new(Device::Cpu), "candle");
+}
+
+#[test]
+fn recording_computes_as_its_inner_backend_and_keeps_per_channel_maxima() {
+    let rec = Recording::new(Cpu::f32());
+    conforms(&rec, "recording");
+    // Every linear call above was named "l" with a 7-wide input drawn from `values(_, 1)`.
+    let maxima = rec.into_maxima();
+    let x = values(5 * 7, 1);
+    let want: Vec<f32> = (0..7).map(|c| (0..5).map(|r| x[r * 7 + c].abs()).fold(0.0, f32::max)).collect();
+    assert_eq!(maxima["l"], want);
+}
+
+#[test]
+fn int8_linear_layers_stay_close_to_f32() {
+    let (rows, inp, out) = (4, 64, 8);
+    let (x, w) = (values(rows * inp, 1), values(out * inp, 2));
+    let run = |o: &Cpu| {
+        let l = o.linear(tensor(&w, out, inp), None, "l").unwrap();
+        let mut y = o.empty().unwrap();
+        o.linear_fwd(&o.upload(rows, inp, x.clone()).unwrap(), &l, Post::None, &mut y).unwrap();
+        y.data
+    };
+    let (f, q) = (run(&Cpu::f32()), run(&Cpu::int8(Default::default())));
+    let scale = f.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (a, b) in f.iter().zip(&q) {
+        assert!((a - b).abs() < 0.02 * scale, "{a} vs {b}");
+    }
+}

@@ -1,0 +1,23 @@
+//! Rotary position tables. Families compute each row's angles on the host (positions times inverse
+//! frequencies, or Qwen2-VL's row and column angles); the backend sees only `cos` and `sin` tables.
+
+use crate::backend::Ops;
+use crate::error::ModelError;
+
+/// `1 / θ^(2j / dim)` for `j < dim / 2`, in f32 as transformers computes it.
+pub fn inv_freq(theta: f64, dim: usize) -> Vec<f32> {
+    let theta = theta as f32;
+    (0..dim / 2).map(|j| 1.0 / theta.powf((2 * j) as f32 / dim as f32)).collect()
+}
+
+/// Each position's angles `position · inv_freq`: `[positions, inv_freq.len()]`, row-major.
+pub fn angles(inv_freq: &[f32], positions: &[u32]) -> Vec<f32> {
+    positions.iter().flat_map(|&p| inv_freq.iter().map(move |f| p as f32 * f)).collect()
+}
+
+/// `(cos, sin)` of `[rows, cols]` angles, on the backend.
+pub fn tables<O: Ops>(o: &O, angles: &[f32], rows: usize, cols: usize) -> Result<(O::T, O::T), ModelError> {
+    let cos = o.upload(rows, cols, angles.iter().map(|a| a.cos()).collect())?;
+    let sin = o.upload(rows, cols, angles.iter().map(|a| a.sin()).collect())?;
+    Ok((cos, sin))
+}

@@ -1,0 +1,142 @@
+//! Reading a checkpoint's tensors into a backend: every family spells each tensor name once, here,
+//! and the backend prepares what it reads (packs, quantizes, uploads). The bytes prepared are counted
+//! for `ModelInfo::weight_bytes`.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
+
+use crate::backend::{Norm, NormKind, Ops};
+use crate::error::{weights, ModelError};
+
+pub struct Weights<'a, O: Ops> {
+    vb: VarBuilder<'a>,
+    ops: &'a O,
+    bytes: Rc<Cell<usize>>,
+}
+
+impl<'a, O: Ops> Weights<'a, O> {
+    pub fn new(vb: VarBuilder<'a>, ops: &'a O) -> Self {
+        Weights { vb, ops, bytes: Rc::new(Cell::new(0)) }
+    }
+
+    /// The same checkpoint under `name.` (the byte count is shared).
+    pub fn pp(&self, name: impl ToString) -> Self {
+        Weights { vb: self.vb.pp(name), ops: self.ops, bytes: Rc::clone(&self.bytes) }
+    }
+
+    pub fn ops(&self) -> &'a O {
+        self.ops
+    }
+
+    /// The candle var builder at this prefix, for families that read raw tensors.
+    pub fn vb(&self) -> &VarBuilder<'a> {
+        &self.vb
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.vb.contains_tensor(name)
+    }
+
+    /// Bytes prepared so far, over every prefix of this checkpoint.
+    pub fn bytes(&self) -> usize {
+        self.bytes.get()
+    }
+
+    fn count(&self, n: usize) {
+        self.bytes.set(self.bytes.get() + n);
+    }
+
+    fn get(&self, shape: impl Into<candle_core::Shape>, name: &str) -> Result<Tensor, ModelError> {
+        self.vb.get(shape, name).map_err(weights)
+    }
+
+    /// `weight` `[out, inp]` and, with `bias`, `bias` `[out]`.
+    pub fn linear(&self, inp: usize, out: usize, bias: bool) -> Result<O::Linear, ModelError> {
+        let w = self.get((out, inp), "weight")?;
+        let b = if bias { Some(self.get(out, "bias")?) } else { None };
+        let l = self.ops.linear(w, b, self.vb.prefix().as_str())?;
+        self.count(self.ops.linear_bytes(&l));
+        Ok(l)
+    }
+
+    /// A linear layer from tensors the family read and reshaped itself (a patch convolution as `[out, c·p·p]`),
+    /// named by this prefix.
+    pub fn linear_from(&self, w: Tensor, b: Option<Tensor>) -> Result<O::Linear, ModelError> {
+        let l = self.ops.linear(w, b, self.vb.prefix().as_str())?;
+        self.count(self.ops.linear_bytes(&l));
+        Ok(l)
+    }
+
+    /// Several linear layers over the same input as one wider layer (their outputs side by side, in
+    /// order): query, key and value as one GEMM.
+    pub fn linear_cat(&self, parts: &[(&str, usize)], inp: usize, bias: bool) -> Result<O::Linear, ModelError> {
+        let mut ws = Vec::with_capacity(parts.len());
+        let mut bs = Vec::with_capacity(parts.len());
+        for &(name, out) in parts {
+            let part = self.vb.pp(name);
+            ws.push(part.get((out, inp), "weight").map_err(weights)?);
+            if bias {
+                bs.push(part.get(out, "bias").map_err(weights)?);
+            }
+        }
+        let w = Tensor::cat(&ws, 0).map_err(weights)?;
+        let b = if bias { Some(Tensor::cat(&bs, 0).map_err(weights)?) } else { None };
+        let names: Vec<&str> = parts.iter().map(|p| p.0).collect();
+        let l = self.ops.linear(w, b, &format!("{}.{}", self.vb.prefix(), names.join("+")))?;
+        self.count(self.ops.linear_bytes(&l));
+        Ok(l)
+    }
+
+    /// A layer norm's `weight` and `bias`.
+    pub fn layer_norm(&self, width: usize, eps: f64) -> Result<Norm<O::Param>, ModelError> {
+        Ok(Norm {
+            kind: NormKind::Layer,
+            weight: self.param(width, "weight")?,
+            bias: Some(self.param(width, "bias")?),
+            eps: eps as f32,
+        })
+    }
+
+    /// An RMS norm's `weight`; `plus_one` for Gemma's norms, which scale by `1 + weight`.
+    pub fn rms_norm(&self, width: usize, eps: f64, plus_one: bool) -> Result<Norm<O::Param>, ModelError> {
+        let mut w = self.get(width, "weight")?;
+        if plus_one {
+            w = (w + 1.0).map_err(weights)?;
+        }
+        Ok(Norm { kind: NormKind::Rms, weight: self.param_from(w)?, bias: None, eps: eps as f32 })
+    }
+
+    /// An embedding table's `weight`, `[rows, cols]`.
+    pub fn table(&self, rows: usize, cols: usize) -> Result<O::Param, ModelError> {
+        self.param((rows, cols), "weight")
+    }
+
+    /// A parameter the family computed at load (SigLIP's probe query).
+    pub fn param_from(&self, t: Tensor) -> Result<O::Param, ModelError> {
+        let p = self.ops.param(t)?;
+        self.count(self.ops.param_bytes(&p));
+        Ok(p)
+    }
+
+    /// A tensor stored as `stored`, kept as `shape` (same element count): a class token `[h]` as a one-row table.
+    pub fn param_as(
+        &self,
+        stored: impl Into<candle_core::Shape>,
+        name: &str,
+        shape: impl Into<candle_core::Shape>,
+    ) -> Result<O::Param, ModelError> {
+        let t = self.get(stored, name)?.reshape(shape).map_err(weights)?;
+        let p = self.ops.param(t)?;
+        self.count(self.ops.param_bytes(&p));
+        Ok(p)
+    }
+
+    pub fn param(&self, shape: impl Into<candle_core::Shape>, name: &str) -> Result<O::Param, ModelError> {
+        let p = self.ops.param(self.get(shape, name)?)?;
+        self.count(self.ops.param_bytes(&p));
+        Ok(p)
+    }
+}

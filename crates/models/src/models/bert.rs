@@ -1,0 +1,314 @@
+//! The BERT family: BERT, RoBERTa, XLM-RoBERTa and CamemBERT (and CLAP's text tower), one definition
+//! over [`Ops`]. RoBERTa's flavour only numbers positions from `pad_token_id + 1` and has a single token
+//! type. Post-norm layers: attention and the MLP each add their input back, then layer-normalize.
+
+use candle_nn::VarBuilder;
+use serde::Deserialize;
+
+use crate::backend::{Activation, AttentionSpec, Norm, Ops};
+use crate::batch::Batch;
+use crate::encoder::{Encoder, TokenStates};
+use crate::error::ModelError;
+use crate::layers::{Mlp, Scratch, SelfAttention, Weights};
+
+/// A BERT-family encoder's geometry, every field resolved: from the checkpoint's `config.json`, or, where
+/// the file omits one, the default of the transformers config class the checkpoint was saved from
+/// ([`BertClass`]); `save_pretrained` drops fields equal to those defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: String,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    pub layer_norm_eps: f64,
+    pub pad_token_id: u32,
+    pub position_embedding_type: String,
+}
+
+/// The transformers config classes whose checkpoints this encoder reads; their defaults differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BertClass {
+    Bert,
+    Roberta,
+    XlmRoberta,
+    Camembert,
+    /// CLAP's text tower (`ClapTextConfig`, a RoBERTa).
+    ClapText,
+}
+
+impl BertClass {
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        match model_type {
+            "bert" => Some(BertClass::Bert),
+            "roberta" => Some(BertClass::Roberta),
+            "xlm-roberta" => Some(BertClass::XlmRoberta),
+            "camembert" => Some(BertClass::Camembert),
+            "clap_text_model" => Some(BertClass::ClapText),
+            _ => None,
+        }
+    }
+
+    /// (vocab_size, pad_token_id, type_vocab_size, max_position_embeddings) as the class's `__init__`
+    /// defaults them; the rest of the geometry is BERT-base's in every class.
+    fn defaults(self) -> (usize, u32, usize, usize) {
+        match self {
+            BertClass::Bert => (30522, 0, 2, 512),
+            BertClass::Roberta => (50265, 1, 2, 512),
+            BertClass::XlmRoberta | BertClass::Camembert => (30522, 1, 2, 512),
+            BertClass::ClapText => (50265, 1, 1, 514),
+        }
+    }
+}
+
+/// `config.json` as written, any field possibly omitted.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct BertConfigFile {
+    pub vocab_size: Option<usize>,
+    pub hidden_size: Option<usize>,
+    pub num_hidden_layers: Option<usize>,
+    pub num_attention_heads: Option<usize>,
+    pub intermediate_size: Option<usize>,
+    pub hidden_act: Option<String>,
+    pub max_position_embeddings: Option<usize>,
+    pub type_vocab_size: Option<usize>,
+    pub layer_norm_eps: Option<f64>,
+    pub pad_token_id: Option<u32>,
+    pub position_embedding_type: Option<String>,
+}
+
+impl BertConfigFile {
+    /// Fills what the file omits with `class`'s defaults.
+    pub fn resolve(self, class: BertClass) -> BertConfig {
+        let (vocab, pad, types, positions) = class.defaults();
+        BertConfig {
+            vocab_size: self.vocab_size.unwrap_or(vocab),
+            hidden_size: self.hidden_size.unwrap_or(768),
+            num_hidden_layers: self.num_hidden_layers.unwrap_or(12),
+            num_attention_heads: self.num_attention_heads.unwrap_or(12),
+            intermediate_size: self.intermediate_size.unwrap_or(3072),
+            hidden_act: self.hidden_act.unwrap_or_else(|| "gelu".into()),
+            max_position_embeddings: self.max_position_embeddings.unwrap_or(positions),
+            type_vocab_size: self.type_vocab_size.unwrap_or(types),
+            layer_norm_eps: self.layer_norm_eps.unwrap_or(1e-12),
+            pad_token_id: self.pad_token_id.unwrap_or(pad),
+            position_embedding_type: self.position_embedding_type.unwrap_or_else(|| "absolute".into()),
+        }
+    }
+}
+
+impl BertConfig {
+    /// What neither backend implements, refused at load with the field and its value. Both backends call
+    /// this, so they refuse the same checkpoints.
+    pub fn check(&self) -> Result<(), ModelError> {
+        if self.position_embedding_type != "absolute" {
+            return Err(ModelError::Unsupported(format!(
+                "position_embedding_type `{}` (only `absolute` is implemented)",
+                self.position_embedding_type
+            )));
+        }
+        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(ModelError::Unsupported(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How a checkpoint of the family numbers positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Bert,
+    /// RoBERTa / XLM-R: positions start after the padding index.
+    Roberta,
+}
+
+impl Flavor {
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        match model_type {
+            "bert" => Some(Flavor::Bert),
+            "roberta" | "xlm-roberta" | "camembert" => Some(Flavor::Roberta),
+            _ => None,
+        }
+    }
+
+    /// The first position id of a sequence.
+    pub fn position_offset(self, cfg: &BertConfig) -> usize {
+        match self {
+            Flavor::Bert => 0,
+            Flavor::Roberta => cfg.pad_token_id as usize + 1,
+        }
+    }
+
+    /// The longest sequence the position table allows.
+    pub fn max_len(self, cfg: &BertConfig) -> usize {
+        cfg.max_position_embeddings.saturating_sub(self.position_offset(cfg))
+    }
+}
+
+struct Layer<O: Ops> {
+    attention: SelfAttention<O>,
+    attn_norm: Norm<O::Param>,
+    mlp: Mlp<O>,
+    out_norm: Norm<O::Param>,
+}
+
+/// The encoder: embeddings and `num_hidden_layers` post-norm transformer layers.
+pub struct Bert<O: Ops> {
+    word: O::Param,
+    position: O::Param,
+    /// With one type (RoBERTa, XLM-R) its row is a constant added to every token.
+    token_type: Option<O::Param>,
+    emb_norm: Norm<O::Param>,
+    layers: Vec<Layer<O>>,
+    hidden: usize,
+    types: usize,
+    vocab: usize,
+    position_offset: usize,
+    max_positions: usize,
+    weight_bytes: usize,
+}
+
+impl<O: Ops> Bert<O> {
+    /// Loads from weights rooted where `embeddings.*` and `encoder.*` live (see [`root`]).
+    pub fn load(w: &Weights<O>, cfg: &BertConfig, flavor: Flavor) -> Result<Self, ModelError> {
+        cfg.check()?;
+        let act = Activation::parse(&cfg.hidden_act)?;
+        let (h, i, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
+        let start = w.bytes();
+        let emb = w.pp("embeddings");
+        let word = emb.pp("word_embeddings").table(cfg.vocab_size, h)?;
+        let position = emb.pp("position_embeddings").table(cfg.max_position_embeddings, h)?;
+        let token_type = match cfg.type_vocab_size {
+            0 => None,
+            types => Some(emb.pp("token_type_embeddings").table(types, h)?),
+        };
+        let emb_norm = emb.pp("LayerNorm").layer_norm(h, eps)?;
+        let spec = AttentionSpec::new(h, cfg.num_attention_heads, false);
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|n| {
+                let l = w.pp("encoder").pp("layer").pp(n);
+                let (sa, ao) = (l.pp("attention").pp("self"), l.pp("attention").pp("output"));
+                Ok(Layer {
+                    attention: SelfAttention {
+                        qkv: sa.linear_cat(&[("query", h), ("key", h), ("value", h)], h, true)?,
+                        out: ao.pp("dense").linear(h, h, true)?,
+                        spec,
+                    },
+                    attn_norm: ao.pp("LayerNorm").layer_norm(h, eps)?,
+                    mlp: Mlp {
+                        fc1: l.pp("intermediate").pp("dense").linear(h, i, true)?,
+                        fc2: l.pp("output").pp("dense").linear(i, h, true)?,
+                        act,
+                    },
+                    out_norm: l.pp("output").pp("LayerNorm").layer_norm(h, eps)?,
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(Bert {
+            word,
+            position,
+            token_type,
+            emb_norm,
+            layers,
+            hidden: h,
+            types: cfg.type_vocab_size,
+            vocab: cfg.vocab_size,
+            position_offset: flavor.position_offset(cfg),
+            max_positions: cfg.max_position_embeddings,
+            weight_bytes: w.bytes() - start,
+        })
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    /// Bytes of weights the backend prepared for this encoder.
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Every real token's final hidden state, packed like the batch: `[tokens, hidden]`.
+    pub fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
+        let tokens = batch.total_tokens();
+        let mut positions = Vec::with_capacity(tokens);
+        for s in 0..batch.len() {
+            positions.extend((0..batch.seq_len(s)).map(|t| (self.position_offset + t) as u32));
+        }
+        if let Some((&id, &pos)) = batch
+            .input_ids
+            .iter()
+            .zip(&positions)
+            .find(|(&id, &pos)| id as usize >= self.vocab || pos as usize >= self.max_positions)
+        {
+            return Err(ModelError::Forward(format!("token id {id} or position {pos} is outside the model's tables")));
+        }
+        // One token type: its row for every token. Several: the tokenizer's segment ids, clamped.
+        let types: Vec<u32> = match self.types {
+            0 | 1 => vec![0; tokens],
+            n => batch.token_type_ids.iter().map(|&t| t.min(n as u32 - 1)).collect(),
+        };
+        let mut tables = vec![(&self.word, &batch.input_ids[..]), (&self.position, &positions[..])];
+        if let Some(tt) = &self.token_type {
+            tables.push((tt, &types[..]));
+        }
+        let mut x = o.empty()?;
+        o.embed(&mut x, self.hidden, &tables)?;
+        o.norm(&mut x, &self.emb_norm)?;
+        let seqs = o.seqs(&batch.cu_seqlens)?;
+        let mut scratch = Scratch::new(o)?;
+        let mut mid = o.empty()?;
+        for layer in &self.layers {
+            layer.attention.forward(o, &x, &x, &seqs, None, &mut scratch, &mut mid)?;
+            o.norm(&mut mid, &layer.attn_norm)?;
+            layer.mlp.forward(o, &mid, &mid, &mut scratch, &mut x)?;
+            o.norm(&mut x, &layer.out_norm)?;
+        }
+        Ok(x)
+    }
+}
+
+/// A BERT-family encoder with the backend that computes it.
+pub struct BertEncoder<O: Ops> {
+    ops: O,
+    bert: Bert<O>,
+}
+
+impl<O: Ops> BertEncoder<O> {
+    pub fn load(ops: O, vb: VarBuilder, cfg: &BertConfig, flavor: Flavor) -> Result<Self, ModelError> {
+        let bert = Bert::load(&Weights::new(root(vb), &ops), cfg, flavor)?;
+        Ok(BertEncoder { ops, bert })
+    }
+}
+
+impl<O: Ops> Encoder for BertEncoder<O> {
+    fn hidden_size(&self) -> usize {
+        self.bert.hidden
+    }
+
+    fn weight_bytes(&self) -> u64 {
+        self.bert.weight_bytes as u64
+    }
+
+    fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
+        let x = self.bert.forward(&self.ops, batch)?;
+        Ok(TokenStates { hidden: self.bert.hidden, data: self.ops.download(x)? })
+    }
+}
+
+/// The var builder rooted at the encoder: task checkpoints nest it under `bert.` or `roberta.`, a
+/// bare `BertModel` / `XLMRobertaModel` does not.
+pub fn root(vb: VarBuilder) -> VarBuilder {
+    for prefix in ["bert", "roberta"] {
+        if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+            return vb.pp(prefix);
+        }
+    }
+    vb
+}

@@ -1,0 +1,11 @@
+//! One file per architecture family, each defined once over [`crate::backend::Ops`] and run on every
+//! backend.
+
+pub mod bert;
+pub mod clap_text;
+pub mod clip;
+pub mod colpali;
+pub mod colqwen2;
+pub mod gemma;
+pub mod qwen2_vl;
+pub mod siglip;
