@@ -4,7 +4,6 @@
 //! [`hub`]) into a [`LoadedModel`]: a tokenizer, a description of what the model can do, and a
 //! [`Model`] that runs one [`Batch`] at a time.
 
-pub mod architectures;
 pub mod backend;
 pub mod batch;
 pub mod config;

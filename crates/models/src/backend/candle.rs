@@ -53,6 +53,7 @@ impl Activation {
             Activation::GeluTanh => x.gelu(),
             Activation::Relu => x.relu(),
             Activation::Silu => candle_nn::ops::silu(x),
+            Activation::Tanh => x.tanh(),
         }
     }
 }
@@ -344,6 +345,53 @@ impl Ops for Candle {
             let probs = candle_nn::ops::softmax_last_dim(&scores)?;
             probs.matmul(&v)?.reshape((b, heads * hd))
         };
+        *out = run().map_err(forward_err)?;
+        Ok(())
+    }
+
+    fn window_attention(
+        &self,
+        qkv: &Tensor,
+        n: usize,
+        spec: &AttentionSpec,
+        bias: &Tensor,
+        groups: Option<&[u32]>,
+        out: &mut Tensor,
+    ) -> Result<(), ModelError> {
+        spec.check()?;
+        let (rows, cols) = qkv.dims2().map_err(forward_err)?;
+        let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *spec;
+        if n == 0 || kv_heads != heads || cols != spec.qkv_width() || !rows.is_multiple_of(n) {
+            return Err(ModelError::Forward("window attention inputs do not fit their layout".into()));
+        }
+        let windows = rows / n;
+        let run = || -> candle_core::Result<Tensor> {
+            let qkv = qkv.contiguous()?.reshape((windows, n, 3, heads, hd))?;
+            let split = |i: usize| -> candle_core::Result<Tensor> {
+                qkv.narrow(2, i, 1)?.squeeze(2)?.transpose(1, 2)?.contiguous()
+            };
+            let q = (split(0)? * spec.scale as f64)?;
+            let (k, v) = (split(1)?, split(2)?);
+            let mut scores = q.matmul(&k.t()?)?.broadcast_add(&bias.reshape((1, heads, n, n))?)?;
+            if let Some(g) = groups {
+                let mask: Vec<f32> = (0..windows * n * n)
+                    .map(|e| {
+                        let (w, i, j) = (e / (n * n), e / n % n, e % n);
+                        if g[w * n + i] == g[w * n + j] {
+                            0.0
+                        } else {
+                            -100.0
+                        }
+                    })
+                    .collect();
+                scores = scores.broadcast_add(&Tensor::from_vec(mask, (windows, 1, n, n), &self.device)?)?;
+            }
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+            probs.matmul(&v)?.transpose(1, 2)?.reshape((rows, heads * hd))
+        };
+        if groups.is_some_and(|g| g.len() != rows) {
+            return Err(ModelError::Forward("one group label per row is needed".into()));
+        }
         *out = run().map_err(forward_err)?;
         Ok(())
     }

@@ -32,6 +32,7 @@ fn act(a: Activation, x: f64) -> f64 {
         Activation::QuickGelu => x * sigmoid(1.702 * x),
         Activation::Relu => x.max(0.0),
         Activation::Silu => x * sigmoid(x),
+        Activation::Tanh => x.tanh(),
     }
 }
 
@@ -49,6 +50,15 @@ fn libm_erf(x: f64) -> f64 {
     2.0 / std::f64::consts::PI.sqrt() * sum
 }
 
+const ACTIVATIONS: [Activation; 6] = [
+    Activation::GeluErf,
+    Activation::GeluTanh,
+    Activation::QuickGelu,
+    Activation::Relu,
+    Activation::Silu,
+    Activation::Tanh,
+];
+
 fn linear_and_norm<O: Ops>(o: &O, name: &str) {
     let (rows, inp, out) = (5, 7, 6);
     let (x, w, b, r) = (values(rows * inp, 1), values(out * inp, 2), values(out, 3), values(rows * out, 4));
@@ -63,7 +73,7 @@ fn linear_and_norm<O: Ops>(o: &O, name: &str) {
     o.linear_fwd(&xt, &l, Post::None, &mut y).unwrap();
     assert_eq!(o.dims(&y), (rows, out));
     close(&o.host(&y).unwrap(), &plain, 1e-5, &format!("{name} linear"));
-    for a in [Activation::GeluErf, Activation::GeluTanh, Activation::QuickGelu, Activation::Relu, Activation::Silu] {
+    for a in ACTIVATIONS {
         o.linear_fwd(&xt, &l, Post::Act(a), &mut y).unwrap();
         let want: Vec<f64> = plain.iter().map(|&v| act(a, v)).collect();
         close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} linear {a:?}"));
@@ -184,7 +194,7 @@ fn rms_glu_and_rows<O: Ops>(o: &O, name: &str) {
     close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} rms norm"));
 
     let xt = o.upload(rows, w, x.clone()).unwrap();
-    for a in [Activation::GeluErf, Activation::GeluTanh, Activation::QuickGelu, Activation::Relu, Activation::Silu] {
+    for a in ACTIVATIONS {
         let mut out = o.empty().unwrap();
         o.glu(&xt, a, &mut out).unwrap();
         assert_eq!(o.dims(&out), (rows, w / 2));
@@ -267,7 +277,52 @@ fn pooled<O: Ops>(o: &O, name: &str) {
     }
 }
 
+/// Windows of `n` rows with a per-head bias and, optionally, shift groups.
+fn windows<O: Ops>(o: &O, name: &str) {
+    let (n, w) = (4usize, 3usize);
+    let spec = AttentionSpec { heads: 2, kv_heads: 2, head_dim: 3, scale: 0.8, causal: false };
+    let qkv = values(n * w * spec.qkv_width(), 17);
+    let bias = values(spec.heads * n * n, 18);
+    let groups: Vec<u32> = (0..n * w).map(|r| (r % 3 == 0) as u32).collect();
+    let x = o.upload(n * w, spec.qkv_width(), qkv.clone()).unwrap();
+    let b = o.param(tensor(&bias, spec.heads * n, n)).unwrap();
+    for grouped in [false, true] {
+        let mut y = o.empty().unwrap();
+        o.window_attention(&x, n, &spec, &b, grouped.then_some(&groups[..]), &mut y).unwrap();
+        let (hd, ld) = (spec.head_dim, spec.qkv_width());
+        let at = |r: usize, col: usize| qkv[r * ld + col] as f64;
+        let mut want = vec![0.0; n * w * spec.out_width()];
+        for win in 0..w {
+            for head in 0..spec.heads {
+                for i in 0..n {
+                    let r = win * n + i;
+                    let scores: Vec<f64> = (0..n)
+                        .map(|j| {
+                            let c = win * n + j;
+                            let dot: f64 = (0..hd).map(|d| at(r, head * hd + d) * at(c, (2 + head) * hd + d)).sum();
+                            let mut v = dot * spec.scale as f64 + bias[(head * n + i) * n + j] as f64;
+                            if grouped && groups[r] != groups[c] {
+                                v -= 100.0;
+                            }
+                            v
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let exps: Vec<f64> = scores.iter().map(|v| (v - max).exp()).collect();
+                    let total: f64 = exps.iter().sum();
+                    for d in 0..hd {
+                        want[r * spec.out_width() + head * hd + d] =
+                            (0..n).map(|j| exps[j] / total * at(win * n + j, (4 + head) * hd + d)).sum();
+                    }
+                }
+            }
+        }
+        close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} window attention, groups {grouped}"));
+    }
+}
+
 fn conforms<O: Ops>(o: &O, name: &str) {
+    windows(o, name);
     linear_and_norm(o, name);
     embed(o, name);
     attention(o, name);

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use candle_core::Tensor;
 
 use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post};
-use crate::cpu::gemm::{Epilogue, MatRef};
-use crate::cpu::layers::{attention, host, layer_norm_rows, Dense};
+use crate::cpu::gemm::{gemm, Epilogue, MatRef};
+use crate::cpu::layers::{attention, host, layer_norm_rows, with_scratch, Dense, Scratch};
 use crate::cpu::{ops, Isa};
 use crate::error::{weights, ModelError};
 use crate::loader::Compute;
@@ -339,6 +339,60 @@ impl Ops for Cpu {
         crate::cpu::pool().install(|| {
             use rayon::prelude::*;
             out.data.par_chunks_mut(width).enumerate().for_each(job)
+        });
+        Ok(())
+    }
+
+    fn window_attention(
+        &self,
+        qkv: &Mat,
+        n: usize,
+        spec: &AttentionSpec,
+        bias: &Vec<f32>,
+        groups: Option<&[u32]>,
+        out: &mut Mat,
+    ) -> Result<(), ModelError> {
+        spec.check()?;
+        let AttentionSpec { heads, kv_heads, head_dim: hd, scale, .. } = *spec;
+        if n == 0
+            || kv_heads != heads
+            || qkv.cols != spec.qkv_width()
+            || !qkv.rows.is_multiple_of(n)
+            || bias.len() != heads * n * n
+            || groups.is_some_and(|g| g.len() != qkv.rows)
+        {
+            return Err(ModelError::Forward("window attention inputs do not fit their layout".into()));
+        }
+        let (c, ld, isa) = (heads * hd, qkv.cols, self.isa);
+        out.reshape_for(qkv.rows, c);
+        let attend = |(w, dst): (usize, &mut [f32])| {
+            with_scratch(|Scratch { scores, keys, values }| {
+                for head in 0..heads {
+                    let base = w * n * ld + head * hd;
+                    let q = MatRef { data: &qkv.data[base..], rows: n, cols: hd, ld };
+                    keys.repack(hd, n, &qkv.data[base + c..], 1, ld);
+                    scores.clear();
+                    scores.resize(n * n, 0.0);
+                    gemm(q, keys, scores, n, Epilogue::None, false);
+                    let bias = &bias[head * n * n..(head + 1) * n * n];
+                    for (i, row) in scores.chunks_mut(n).enumerate() {
+                        for (j, v) in row.iter_mut().enumerate() {
+                            *v = *v * scale + bias[i * n + j];
+                            if groups.is_some_and(|g| g[w * n + i] != g[w * n + j]) {
+                                *v -= 100.0;
+                            }
+                        }
+                        ops::softmax(isa, row, 1.0);
+                    }
+                    values.repack(n, hd, &qkv.data[base + 2 * c..], ld, 1);
+                    let pm = MatRef { data: scores, rows: n, cols: n, ld: n };
+                    gemm(pm, values, &mut dst[head * hd..], c, Epilogue::None, false);
+                }
+            })
+        };
+        crate::cpu::pool().install(|| {
+            use rayon::prelude::*;
+            out.data.par_chunks_mut(n * c).enumerate().for_each(attend)
         });
         Ok(())
     }

@@ -37,6 +37,8 @@ pub enum Activation {
     Relu,
     /// `x · sigmoid(x)`, the gate of Llama-style MLPs.
     Silu,
+    /// Also BERT's pooler and CLAP's.
+    Tanh,
 }
 
 impl Activation {
@@ -48,8 +50,9 @@ impl Activation {
             "quick_gelu" => Ok(Activation::QuickGelu),
             "relu" => Ok(Activation::Relu),
             "silu" | "swish" => Ok(Activation::Silu),
+            "tanh" => Ok(Activation::Tanh),
             other => Err(ModelError::Unsupported(format!(
-                "hidden_act `{other}` (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, relu, silu)"
+                "hidden_act `{other}` (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, relu, silu, tanh)"
             ))),
         }
     }
@@ -190,6 +193,19 @@ pub trait Ops: Send + Sync + Sized + 'static {
         qkv: &Self::T,
         seqs: &Self::Seqs,
         spec: &AttentionSpec,
+        out: &mut Self::T,
+    ) -> Result<(), ModelError>;
+    /// Attention within consecutive windows of `n` rows (`qkv` `[windows · n, qkv_width]`, each window a
+    /// sequence) with a learned additive bias `bias[head][i][j]` (`[heads · n, n]`) on the scaled scores and,
+    /// with `groups` (one label per row), −100 where two rows' labels differ: Swin's (shifted) windows.
+    #[allow(clippy::too_many_arguments)]
+    fn window_attention(
+        &self,
+        qkv: &Self::T,
+        n: usize,
+        spec: &AttentionSpec,
+        bias: &Self::Param,
+        groups: Option<&[u32]>,
         out: &mut Self::T,
     ) -> Result<(), ModelError>;
     /// Attention pooling: row `i` of `q` (`[sequences, heads · head_dim]`) attends over sequence `i`'s rows

@@ -145,4 +145,16 @@ impl<O: Ops> Ops for Recording<O> {
     ) -> Result<(), ModelError> {
         self.inner.pooled_attention(q, kv, seqs, spec, out)
     }
+
+    fn window_attention(
+        &self,
+        qkv: &O::T,
+        n: usize,
+        spec: &AttentionSpec,
+        bias: &O::Param,
+        groups: Option<&[u32]>,
+        out: &mut O::T,
+    ) -> Result<(), ModelError> {
+        self.inner.window_attention(qkv, n, spec, bias, groups, out)
+    }
 }

@@ -1,9 +1,8 @@
-//! The pieces every encoder on Aleph's CPU path is built from: layer norms, dense layers with packed
-//! (f32 or int8) weights, and padding-free multi-head attention over a packed batch.
+//! The pieces `crate::backend::cpu` is built from: row-parallel layer norms, dense layers with packed (f32
+//! or int8) weights, and padding-free multi-head attention over a packed batch.
 
 use std::cell::RefCell;
 
-use candle_nn::VarBuilder;
 use rayon::prelude::*;
 
 use super::gemm::{gemm, gemm_raw, Epilogue, MatRef, Out, PackedB};
@@ -13,18 +12,6 @@ use crate::backend::AttentionSpec;
 
 pub(crate) fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
     t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()
-}
-
-/// Gains and biases of a layer norm.
-pub(crate) struct Norm {
-    pub gamma: Vec<f32>,
-    pub beta: Vec<f32>,
-}
-
-impl Norm {
-    pub fn load(vb: VarBuilder, h: usize) -> candle_core::Result<Self> {
-        Ok(Norm { gamma: host(vb.get(h, "weight")?)?, beta: host(vb.get(h, "bias")?)? })
-    }
 }
 
 /// A dense layer with its weight packed for the GEMM: f32, or int8 (`--dtype int8`).
@@ -39,11 +26,6 @@ enum Weights {
 }
 
 impl Dense {
-    pub fn load(vb: VarBuilder, inp: usize, out: usize, int8: bool) -> candle_core::Result<Self> {
-        let w = host(vb.get((out, inp), "weight")?)?;
-        Ok(Dense::new(&w, host(vb.get(out, "bias")?)?, inp, out, int8))
-    }
-
     /// `w` is the checkpoint's `[out, in]`.
     pub fn new(w: &[f32], b: Vec<f32>, inp: usize, out: usize, int8: bool) -> Self {
         let w = if int8 {
@@ -110,7 +92,7 @@ impl Act {
     pub fn epilogue(self, bias: &[f32]) -> Epilogue<'_> {
         match self {
             Act::GeluErf => Epilogue::BiasGelu(bias),
-            Act::GeluTanh | Act::QuickGelu | Act::Relu | Act::Silu => Epilogue::Bias(bias),
+            Act::GeluTanh | Act::QuickGelu | Act::Relu | Act::Silu | Act::Tanh => Epilogue::Bias(bias),
         }
     }
 
@@ -130,16 +112,12 @@ impl Act {
             Act::QuickGelu => ops::quick_gelu(isa, x),
             Act::Relu => ops::relu(isa, x),
             Act::Silu => ops::silu(isa, x),
+            Act::Tanh => ops::tanh(isa, x),
         }
     }
 }
 
 /// Layer-normalizes each `h`-wide row, in parallel when there are many.
-pub(crate) fn norm_rows(isa: Isa, x: &mut [f32], norm: &Norm, h: usize, eps: f32) {
-    layer_norm_rows(isa, x, &norm.gamma, &norm.beta, h, eps)
-}
-
-/// [`norm_rows`] with the gains and biases as slices.
 pub(crate) fn layer_norm_rows(isa: Isa, x: &mut [f32], gamma: &[f32], beta: &[f32], h: usize, eps: f32) {
     let rows = x.len() / h;
     let run = |row: &mut [f32]| ops::layer_norm(isa, row, gamma, beta, eps);
@@ -262,6 +240,7 @@ mod tests {
                 ("relu", (|x: f32| x.max(0.0)) as fn(f32) -> f32),
                 ("silu", |x: f32| x / (1.0 + (-x).exp())),
                 ("quick_gelu", |x: f32| x / (1.0 + (-1.702 * x).exp())),
+                ("tanh", f32::tanh),
             ] {
                 let act = Act::parse(name).unwrap();
                 let mut got = xs.clone();
@@ -271,7 +250,7 @@ mod tests {
                 }
             }
         }
-        assert!(Act::parse("tanh").is_err());
+        assert!(Act::parse("mish").is_err());
     }
 
     // Small enough for Miri: two sequences (one of a single token), two heads writing interleaved

@@ -1,13 +1,12 @@
-//! Aleph's own CPU compute path: packed-weight GEMM with AVX-512 / AVX2 micro-kernels chosen at run
-//! time, fused element-wise kernels, and a padding-free BERT-family encoder built on them.
+//! Aleph's own CPU kernels: packed-weight GEMM (f32 and int8) with AVX-512 / AVX2 micro-kernels chosen at
+//! run time, fused element-wise kernels, and padding-free attention. `crate::backend::cpu` runs the model
+//! families on them.
 //!
 //! candle stays the tensor library for loading weights and for other devices; on CPU this path does
 //! the forward pass, because candle's per-op allocations, padded attention and AVX2-only matmul leave
 //! most of the machine idle (see BENCHMARKS.md).
 
-pub mod clap;
 pub mod gemm;
-pub mod htsat;
 pub mod layers;
 pub mod ops;
 pub mod qgemm;

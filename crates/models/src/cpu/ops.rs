@@ -142,6 +142,14 @@ fn silu_body(x: &mut [f32]) {
     }
 }
 
+/// `tanh(x) = 1 − 2 / (e^{2x} + 1)`, saturating cleanly at ±1.
+#[inline(always)]
+fn tanh_body(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = 1.0 - 2.0 / (exp(2.0 * *v) + 1.0);
+    }
+}
+
 /// `max(x, 0)`; compare-and-select, so NaN stays NaN as in torch.
 #[inline(always)]
 fn relu_body(x: &mut [f32]) {
@@ -262,6 +270,7 @@ versions! {
     quick_gelu(x: &mut [f32]) => quick_gelu_body;
     silu(x: &mut [f32]) => silu_body;
     relu(x: &mut [f32]) => relu_body;
+    tanh(x: &mut [f32]) => tanh_body;
     layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) => layer_norm_body;
     rms_norm(x: &mut [f32], gamma: &[f32], eps: f32) => rms_norm_body;
     mul(dst: &mut [f32], src: &[f32]) => mul_body;

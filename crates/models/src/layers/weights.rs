@@ -17,6 +17,12 @@ pub struct Weights<'a, O: Ops> {
     bytes: Rc<Cell<usize>>,
 }
 
+impl<O: Ops> Clone for Weights<'_, O> {
+    fn clone(&self) -> Self {
+        Weights { vb: self.vb.clone(), ops: self.ops, bytes: Rc::clone(&self.bytes) }
+    }
+}
+
 impl<'a, O: Ops> Weights<'a, O> {
     pub fn new(vb: VarBuilder<'a>, ops: &'a O) -> Self {
         Weights { vb, ops, bytes: Rc::new(Cell::new(0)) }

@@ -9,14 +9,12 @@ use std::str::FromStr;
 
 use candle_nn::VarBuilder;
 
-use crate::architectures::clap::{Clap, ClapConfig};
 use crate::backend::candle::Candle;
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
-use crate::cpu::clap::FastClap;
 use crate::encoder::Encoder;
 use crate::error::{read_json, weights, ModelError};
 use crate::heads::{Head, HostLinear};
@@ -24,6 +22,7 @@ use crate::layers::Weights;
 use crate::media::audio::{AudioFeatures, AudioLimits, AudioProcessor};
 use crate::media::image::{ImageLimits, ImageProcessor, Pixels};
 use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, BertEncoder, Flavor};
+use crate::models::clap::{Clap, ClapConfig};
 use crate::models::clip::{Clip, ClipConfig};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::st_config::SentenceTransformerConfig;
@@ -509,10 +508,11 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let cfg: ClapConfig = read_json(&dir.join("config.json"))?;
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    let (towers, backend) = match backend_for(opts, &device) {
-        Backend::Auto => (ClapTowers::Cpu(Box::new(FastClap::load(vb, &cfg)?)), Compute::AlephCpu),
-        Backend::Candle => (ClapTowers::Candle(Box::new(Clap::load(vb, &cfg)?)), Compute::Candle),
+    let model: Box<dyn AudioTextModel> = match backend_for(opts, &device) {
+        Backend::Auto => Box::new(Clap::load(Cpu::f32(), vb, &cfg)?),
+        Backend::Candle => Box::new(Clap::load(Candle::new(device.clone()), vb, &cfg)?),
     };
+    let backend = model.compute();
     let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
     if audio.fusion() != cfg.audio_config.enable_fusion {
         let (extractor, model) = if audio.fusion() { ("`fusion`", "without") } else { ("`rand_trunc`", "with") };
@@ -521,12 +521,10 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
             reason: format!("truncation {extractor} does not fit config.json's audio tower {model} feature fusion"),
         });
     }
-    let window = Flavor::Roberta.max_len(&cfg.text_config);
+    let window = Clap::<Cpu>::text_window(&cfg);
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
-    let (dim, audio_cost, weight_bytes) = match &towers {
-        ClapTowers::Cpu(c) => (c.dim(), c.audio.tokens_per_clip(), c.weight_bytes()),
-        ClapTowers::Candle(c) => (c.dim, c.audio.tokens_per_clip(), file_bytes(dir)?),
-    };
+    let (dim, audio_cost) = (model.dim(), model.tokens_per_clip());
+    let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };
     let info = ModelInfo {
         task: Task::Embed,
         backend,
@@ -546,45 +544,57 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         token_outputs: false,
         prompts: Default::default(),
     };
-    Ok(LoadedModel {
-        model: std::sync::Arc::new(ClapModel { towers }),
-        tokenizer,
-        images: None,
-        audio: Some(audio),
-        info,
-    })
+    Ok(LoadedModel { model: std::sync::Arc::new(AudioText(model)), tokenizer, images: None, audio: Some(audio), info })
 }
 
-enum ClapTowers {
-    Cpu(Box<FastClap>),
-    Candle(Box<Clap>),
+/// A model with a text tower and an audio tower into one space (CLAP), on whichever backend.
+pub(crate) trait AudioTextModel: Send + Sync {
+    fn compute(&self) -> Compute;
+    fn dim(&self) -> usize;
+    fn weight_bytes(&self) -> u64;
+    fn tokens_per_clip(&self) -> usize;
+    /// Projected, not yet normalized.
+    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError>;
+    fn audio(&self, clips: &[AudioFeatures]) -> Result<Vec<Vec<f32>>, ModelError>;
 }
 
-struct ClapModel {
-    towers: ClapTowers,
+impl<O: crate::backend::Ops> AudioTextModel for Clap<O> {
+    fn compute(&self) -> Compute {
+        self.ops().compute()
+    }
+    fn dim(&self) -> usize {
+        Clap::dim(self)
+    }
+    fn weight_bytes(&self) -> u64 {
+        Clap::weight_bytes(self)
+    }
+    fn tokens_per_clip(&self) -> usize {
+        self.audio_tokens_per_clip()
+    }
+    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_text(batch)
+    }
+    fn audio(&self, clips: &[AudioFeatures]) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_audio(clips)
+    }
 }
 
-impl Model for ClapModel {
+/// Serves an [`AudioTextModel`]: both kinds of input L2-normalized, as transformers and Infinity return them.
+struct AudioText(Box<dyn AudioTextModel>);
+
+impl Model for AudioText {
     fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
         if batch.is_empty() {
             return Ok(Output::default());
         }
-        let vectors = match &self.towers {
-            ClapTowers::Cpu(c) => c.text(batch)?,
-            ClapTowers::Candle(c) => c.text.forward(batch)?,
-        };
-        Ok(Output { vectors: normalized(vectors) })
+        Ok(Output { vectors: normalized(self.0.text(batch)?) })
     }
 
     fn forward_audio(&self, clips: &[AudioFeatures]) -> Result<Output, ModelError> {
         if clips.is_empty() {
             return Ok(Output::default());
         }
-        let vectors = match &self.towers {
-            ClapTowers::Cpu(c) => c.audio.forward(clips)?,
-            ClapTowers::Candle(c) => c.audio.forward(clips)?,
-        };
-        Ok(Output { vectors: normalized(vectors) })
+        Ok(Output { vectors: normalized(self.0.audio(clips)?) })
     }
 }
 

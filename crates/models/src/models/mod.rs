@@ -2,10 +2,12 @@
 //! backend.
 
 pub mod bert;
-pub mod clap_text;
+pub mod clap;
+pub(crate) mod clap_fusion;
 pub mod clip;
 pub mod colpali;
 pub mod colqwen2;
 pub mod gemma;
+pub mod htsat;
 pub mod qwen2_vl;
 pub mod siglip;

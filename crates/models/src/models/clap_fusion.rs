@@ -11,7 +11,7 @@
 
 use candle_nn::VarBuilder;
 
-use super::clap::{AudioConfig, SpecImage};
+use super::htsat::{AudioConfig, SpecImage};
 use crate::error::ModelError;
 use crate::media::audio::AudioFeatures;
 
