@@ -92,6 +92,16 @@ impl ArchConfig {
     }
 }
 
+/// `#[serde(default = "crate::config::n::<768>")]`: a config field's class default, for integer fields.
+pub(crate) fn n<const N: usize>() -> usize {
+    N
+}
+
+/// [`n`] for `u32` fields (token ids).
+pub(crate) fn n32<const N: u32>() -> u32 {
+    N
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

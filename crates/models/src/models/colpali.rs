@@ -23,7 +23,7 @@ use crate::pooling::l2_normalize;
 #[derive(Debug, Clone, Deserialize)]
 pub struct ColPaliConfig {
     pub vlm_config: PaliGemmaConfig,
-    #[serde(default = "d128")]
+    #[serde(default = "crate::config::n::<128>")]
     pub embedding_dim: usize,
 }
 
@@ -31,15 +31,8 @@ pub struct ColPaliConfig {
 pub struct PaliGemmaConfig {
     pub vision_config: SiglipVisionConfig,
     pub text_config: GemmaConfig,
-    #[serde(default = "d256000", alias = "image_token_id")]
+    #[serde(default = "crate::config::n32::<256_000>", alias = "image_token_id")]
     pub image_token_index: u32,
-}
-
-fn d128() -> usize {
-    128
-}
-fn d256000() -> u32 {
-    256_000
 }
 
 pub struct ColPali<O: Ops> {

@@ -21,12 +21,8 @@ use crate::media::image::Pixels;
 pub struct ColQwen2Config {
     /// Kept raw: older checkpoints keep the decoder's settings at this level, newer ones in `text_config`.
     pub vlm_config: serde_json::Value,
-    #[serde(default = "d128")]
+    #[serde(default = "crate::config::n::<128>")]
     pub embedding_dim: usize,
-}
-
-fn d128() -> usize {
-    128
 }
 
 impl ColQwen2Config {

@@ -15,26 +15,26 @@ use crate::layers::Weights;
 /// `GemmaConfig`; hub configs omit what equals the class defaults, so every field has them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct GemmaConfig {
-    #[serde(default = "d256000")]
+    #[serde(default = "crate::config::n::<256_000>")]
     pub vocab_size: usize,
-    #[serde(default = "d3072")]
+    #[serde(default = "crate::config::n::<3072>")]
     pub hidden_size: usize,
-    #[serde(default = "d24576")]
+    #[serde(default = "crate::config::n::<24_576>")]
     pub intermediate_size: usize,
-    #[serde(default = "d28")]
+    #[serde(default = "crate::config::n::<28>")]
     pub num_hidden_layers: usize,
-    #[serde(default = "d16")]
+    #[serde(default = "crate::config::n::<16>")]
     pub num_attention_heads: usize,
-    #[serde(default = "d16")]
+    #[serde(default = "crate::config::n::<16>")]
     pub num_key_value_heads: usize,
-    #[serde(default = "d256")]
+    #[serde(default = "crate::config::n::<256>")]
     pub head_dim: usize,
     /// Older configs name the MLP's activation here (and leave `hidden_act` at a stale `gelu`).
     #[serde(default)]
     pub hidden_activation: Option<String>,
     #[serde(default)]
     pub hidden_act: Option<String>,
-    #[serde(default = "d8192")]
+    #[serde(default = "crate::config::n::<8192>")]
     pub max_position_embeddings: usize,
     #[serde(default = "eps")]
     pub rms_norm_eps: f64,
@@ -53,27 +53,6 @@ pub struct RopeParameters {
     pub rope_type: Option<String>,
 }
 
-fn d256000() -> usize {
-    256_000
-}
-fn d3072() -> usize {
-    3072
-}
-fn d24576() -> usize {
-    24_576
-}
-fn d28() -> usize {
-    28
-}
-fn d16() -> usize {
-    16
-}
-fn d256() -> usize {
-    256
-}
-fn d8192() -> usize {
-    8192
-}
 fn eps() -> f64 {
     1e-6
 }

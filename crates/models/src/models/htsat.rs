@@ -34,17 +34,17 @@ impl Pair {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct AudioConfig {
-    #[serde(default = "d8")]
+    #[serde(default = "crate::config::n::<8>")]
     pub window_size: usize,
-    #[serde(default = "d64")]
+    #[serde(default = "crate::config::n::<64>")]
     pub num_mel_bins: usize,
-    #[serde(default = "d256")]
+    #[serde(default = "crate::config::n::<256>")]
     pub spec_size: usize,
     #[serde(default = "d4")]
     pub patch_size: Pair,
     #[serde(default = "d4x4")]
     pub patch_stride: Pair,
-    #[serde(default = "d768")]
+    #[serde(default = "crate::config::n::<768>")]
     pub hidden_size: usize,
     #[serde(default = "default_depths")]
     pub depths: Vec<usize>,
@@ -54,11 +54,11 @@ pub struct AudioConfig {
     pub enable_fusion: bool,
     #[serde(default)]
     pub fusion_type: Option<String>,
-    #[serde(default = "d4usize")]
+    #[serde(default = "crate::config::n::<4>")]
     pub aff_block_r: usize,
-    #[serde(default = "d1")]
+    #[serde(default = "crate::config::n::<1>")]
     pub patch_embed_input_channels: usize,
-    #[serde(default = "d96")]
+    #[serde(default = "crate::config::n::<96>")]
     pub patch_embeds_hidden_size: usize,
     #[serde(default = "yes")]
     pub enable_patch_layer_norm: bool,
@@ -83,38 +83,17 @@ impl AudioConfig {
     }
 }
 
-fn d768() -> usize {
-    768
-}
 fn default_depths() -> Vec<usize> {
     vec![2, 2, 6, 2]
 }
 fn default_heads() -> Vec<usize> {
     vec![4, 8, 16, 32]
 }
-fn d1() -> usize {
-    1
-}
-fn d4usize() -> usize {
-    4
-}
 fn d4() -> Pair {
     Pair::One(4)
 }
 fn d4x4() -> Pair {
     Pair::Two([4, 4])
-}
-fn d8() -> usize {
-    8
-}
-fn d64() -> usize {
-    64
-}
-fn d96() -> usize {
-    96
-}
-fn d256() -> usize {
-    256
 }
 fn four() -> f64 {
     4.0

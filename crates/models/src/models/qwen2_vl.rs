@@ -23,24 +23,24 @@ pub struct RopeParameters {
 /// `Qwen2VLVisionConfig`; hub configs omit what equals the class defaults, so every field has them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct VisionConfig {
-    #[serde(default = "d32")]
+    #[serde(default = "crate::config::n::<32>")]
     pub depth: usize,
-    #[serde(default = "d1280")]
+    #[serde(default = "crate::config::n::<1280>")]
     pub embed_dim: usize,
     /// Width of the merged tokens (the decoder's hidden size).
-    #[serde(default = "d3584")]
+    #[serde(default = "crate::config::n::<3584>")]
     pub hidden_size: usize,
-    #[serde(default = "d16")]
+    #[serde(default = "crate::config::n::<16>")]
     pub num_heads: usize,
     #[serde(default = "d4f")]
     pub mlp_ratio: f64,
-    #[serde(default = "d14")]
+    #[serde(default = "crate::config::n::<14>")]
     pub patch_size: usize,
-    #[serde(default = "d2")]
+    #[serde(default = "crate::config::n::<2>")]
     pub temporal_patch_size: usize,
-    #[serde(default = "d2")]
+    #[serde(default = "crate::config::n::<2>")]
     pub spatial_merge_size: usize,
-    #[serde(default = "d3")]
+    #[serde(default = "crate::config::n::<3>")]
     pub in_channels: usize,
     #[serde(default = "quick_gelu")]
     pub hidden_act: String,
@@ -50,21 +50,21 @@ pub struct VisionConfig {
 /// `Qwen2VLTextConfig`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct TextConfig {
-    #[serde(default = "d152064")]
+    #[serde(default = "crate::config::n::<152_064>")]
     pub vocab_size: usize,
-    #[serde(default = "d8192")]
+    #[serde(default = "crate::config::n::<8192>")]
     pub hidden_size: usize,
-    #[serde(default = "d29568")]
+    #[serde(default = "crate::config::n::<29_568>")]
     pub intermediate_size: usize,
-    #[serde(default = "d80")]
+    #[serde(default = "crate::config::n::<80>")]
     pub num_hidden_layers: usize,
-    #[serde(default = "d64")]
+    #[serde(default = "crate::config::n::<64>")]
     pub num_attention_heads: usize,
-    #[serde(default = "d8")]
+    #[serde(default = "crate::config::n::<8>")]
     pub num_key_value_heads: usize,
     #[serde(default = "silu")]
     pub hidden_act: String,
-    #[serde(default = "d32768")]
+    #[serde(default = "crate::config::n::<32_768>")]
     pub max_position_embeddings: usize,
     #[serde(default = "eps")]
     pub rms_norm_eps: f64,
@@ -72,56 +72,14 @@ pub struct TextConfig {
     pub rope_parameters: Option<RopeParameters>,
 }
 
-fn d32() -> usize {
-    32
-}
-fn d1280() -> usize {
-    1280
-}
-fn d3584() -> usize {
-    3584
-}
-fn d16() -> usize {
-    16
-}
 fn d4f() -> f64 {
     4.0
-}
-fn d14() -> usize {
-    14
-}
-fn d2() -> usize {
-    2
-}
-fn d3() -> usize {
-    3
 }
 fn quick_gelu() -> String {
     "quick_gelu".into()
 }
-fn d152064() -> usize {
-    152_064
-}
-fn d8192() -> usize {
-    8192
-}
-fn d29568() -> usize {
-    29_568
-}
-fn d80() -> usize {
-    80
-}
-fn d64() -> usize {
-    64
-}
-fn d8() -> usize {
-    8
-}
 fn silu() -> String {
     "silu".into()
-}
-fn d32768() -> usize {
-    32_768
 }
 /// `Qwen2VLTextConfig`'s `rms_norm_eps` (the vision tower's norms use a fixed 1e-6).
 fn eps() -> f64 {

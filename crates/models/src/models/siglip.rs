@@ -18,13 +18,13 @@ use crate::media::image::Pixels;
 /// What both towers' configs share. Hub configs omit what equals the class defaults, so every field has them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SiglipTower {
-    #[serde(default = "d768")]
+    #[serde(default = "crate::config::n::<768>")]
     pub hidden_size: usize,
-    #[serde(default = "d3072")]
+    #[serde(default = "crate::config::n::<3072>")]
     pub intermediate_size: usize,
-    #[serde(default = "d12")]
+    #[serde(default = "crate::config::n::<12>")]
     pub num_hidden_layers: usize,
-    #[serde(default = "d12")]
+    #[serde(default = "crate::config::n::<12>")]
     pub num_attention_heads: usize,
     #[serde(default = "gelu_tanh")]
     pub hidden_act: String,
@@ -37,11 +37,11 @@ pub struct SiglipTower {
 pub struct SiglipVisionConfig {
     #[serde(flatten)]
     pub tower: SiglipTower,
-    #[serde(default = "d3")]
+    #[serde(default = "crate::config::n::<3>")]
     pub num_channels: usize,
-    #[serde(default = "d224")]
+    #[serde(default = "crate::config::n::<224>")]
     pub image_size: usize,
-    #[serde(default = "d16")]
+    #[serde(default = "crate::config::n::<16>")]
     pub patch_size: usize,
     #[serde(default = "yes")]
     pub vision_use_head: bool,
@@ -52,11 +52,11 @@ pub struct SiglipVisionConfig {
 pub struct SiglipTextConfig {
     #[serde(flatten)]
     pub tower: SiglipTower,
-    #[serde(default = "d32000")]
+    #[serde(default = "crate::config::n::<32_000>")]
     pub vocab_size: usize,
-    #[serde(default = "d64")]
+    #[serde(default = "crate::config::n::<64>")]
     pub max_position_embeddings: usize,
-    #[serde(default = "one")]
+    #[serde(default = "crate::config::n32::<1>")]
     pub pad_token_id: u32,
     /// Width of the pooled text vector; the hidden size when absent.
     pub projection_size: Option<usize>,
@@ -70,33 +70,6 @@ pub struct SiglipConfig {
 
 fn yes() -> bool {
     true
-}
-fn d32000() -> usize {
-    32_000
-}
-fn d64() -> usize {
-    64
-}
-fn one() -> u32 {
-    1
-}
-fn d768() -> usize {
-    768
-}
-fn d3072() -> usize {
-    3072
-}
-fn d12() -> usize {
-    12
-}
-fn d3() -> usize {
-    3
-}
-fn d224() -> usize {
-    224
-}
-fn d16() -> usize {
-    16
 }
 fn gelu_tanh() -> String {
     "gelu_pytorch_tanh".into()
