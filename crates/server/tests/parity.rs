@@ -165,3 +165,88 @@ fn int8_weights_stay_close() {
         .expect("int8 needs the CPU kernels");
     assert!(e.contains("int8"), "{e}");
 }
+
+/// all-mpnet-base-v2 (MPNet: relative-position buckets; scripts/fetch-models.sh) against sentence-transformers:
+/// the parity sentences within cosine 0.9999 and the STS Benchmark test split's Spearman correlation within
+/// 0.001 of sentence-transformers' (tests/fixtures/mpnet, made by scripts/make_mpnet_reference.py).
+#[test]
+fn mpnet_matches_sentence_transformers() {
+    let dir = repo_root().join("models/all-mpnet-base-v2");
+    assert!(dir.join("model.safetensors").exists(), "{} is missing: run scripts/fetch-models.sh", dir.display());
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/mpnet/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let (sentences, _, _) = fixtures();
+    let server = Server::start(&["--model-id", dir.to_str().unwrap(), "--no-model-warmup"]);
+    let body = server.post_json("/embeddings", &json!({"input": sentences})).json();
+    let mut worst = 1.0f64;
+    for (i, (item, want)) in
+        body["data"].as_array().unwrap().iter().zip(reference["vectors"].as_array().unwrap()).enumerate()
+    {
+        let v = floats(&item["embedding"]);
+        assert_eq!(v.len(), 768);
+        let c = cosine(&v, &floats(want));
+        worst = worst.min(c);
+        assert!(c >= 0.9999, "sentence {i} {:?}: cosine {c}", sentences[i]);
+    }
+    eprintln!("all-mpnet-base-v2: worst cosine over {} sentences {worst:.7}", sentences.len());
+    let counts: u64 = reference["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
+    assert_eq!(body["usage"]["prompt_tokens"], counts);
+
+    let tsv = std::fs::read_to_string(repo_root().join("tests/fixtures/stsb/test.tsv")).unwrap();
+    let pairs: Vec<(&str, &str, f64)> = tsv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            (c[6], c[7], c[5].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(pairs.len(), 1379);
+    let embed = |texts: Vec<&str>| -> Vec<Vec<f32>> {
+        texts
+            .chunks(64)
+            .flat_map(|chunk| {
+                let body = server.post_json("/embeddings", &json!({"input": chunk})).json();
+                body["data"].as_array().unwrap().iter().map(|d| floats(&d["embedding"])).collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let a = embed(pairs.iter().map(|p| p.0).collect());
+    let b = embed(pairs.iter().map(|p| p.1).collect());
+    let predicted: Vec<f64> = a.iter().zip(&b).map(|(x, y)| cosine(x, y)).collect();
+    let gold: Vec<f64> = pairs.iter().map(|p| p.2).collect();
+    let ours = spearman(&predicted, &gold);
+    let theirs = reference["sts_test_spearman"].as_f64().unwrap();
+    eprintln!("STS-B test Spearman: Aleph {ours:.5}, sentence-transformers {theirs:.5}");
+    assert!((ours - theirs).abs() < 0.001, "Spearman {ours} vs sentence-transformers' {theirs}");
+}
+
+/// Ranks from 1, ties sharing their mean rank (as scipy's `rankdata`).
+fn ranks(v: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..v.len()).collect();
+    order.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
+    let mut r = vec![0.0; v.len()];
+    let mut k = 0;
+    while k < order.len() {
+        let mut end = k;
+        while end + 1 < order.len() && v[order[end + 1]] == v[order[k]] {
+            end += 1;
+        }
+        let mean = (k + end) as f64 / 2.0 + 1.0;
+        for &i in &order[k..=end] {
+            r[i] = mean;
+        }
+        k = end + 1;
+    }
+    r
+}
+
+fn spearman(a: &[f64], b: &[f64]) -> f64 {
+    let (ra, rb) = (ranks(a), ranks(b));
+    let mean = (a.len() as f64 + 1.0) / 2.0;
+    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - mean) * (y - mean)).sum();
+    let var = |r: &[f64]| r.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
+    cov / (var(&ra) * var(&rb)).sqrt()
+}

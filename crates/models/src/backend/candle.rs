@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post};
+use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, RelativeBias};
 use crate::error::{weights, ModelError};
 use crate::loader::Compute;
 
@@ -268,8 +268,30 @@ impl Ops for Candle {
         Ok(())
     }
 
-    fn attention(&self, qkv: &Tensor, seqs: &Seqs, spec: &AttentionSpec, out: &mut Tensor) -> Result<(), ModelError> {
+    fn attention(
+        &self,
+        qkv: &Tensor,
+        seqs: &Seqs,
+        spec: &AttentionSpec,
+        bias: Option<RelativeBias<'_>>,
+        out: &mut Tensor,
+    ) -> Result<(), ModelError> {
         spec.check()?;
+        // The relative bias as `[heads, len, len]`, gathered on the host.
+        let relative = match &bias {
+            Some(b) => {
+                b.check(spec.heads, seqs.len)?;
+                let (l, w) = (seqs.len, 2 * b.span - 1);
+                let rows: Vec<f32> = (0..spec.heads * l * l)
+                    .map(|e| {
+                        let (head, i, j) = (e / (l * l), e / l % l, e % l);
+                        b.table[head * w + j + b.span - 1 - i]
+                    })
+                    .collect();
+                Some(Tensor::from_vec(rows, (1, spec.heads, l, l), &self.device).map_err(forward_err)?)
+            }
+            None => None,
+        };
         let (b, l) = (seqs.batch, seqs.len);
         let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *spec;
         let run = || -> candle_core::Result<Tensor> {
@@ -289,6 +311,9 @@ impl Ops for Candle {
                 v = repeat(v)?;
             }
             let mut scores = q.matmul(&k.t()?)?.broadcast_add(&seqs.key_mask)?;
+            if let Some(r) = &relative {
+                scores = scores.broadcast_add(r)?;
+            }
             if spec.causal {
                 let mask = match seqs.causal_mask.get() {
                     Some(m) => m.clone(),

@@ -5,7 +5,7 @@ use candle_core::{Device, Tensor};
 use super::candle::Candle;
 use super::cpu::Cpu;
 use super::record::Recording;
-use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post};
+use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, RelativeBias};
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| (((i * 37 + seed * 11) % 29) as f32 - 14.0) * 0.05).collect()
@@ -115,6 +115,11 @@ fn embed<O: Ops>(o: &O, name: &str) {
 
 /// `softmax(scale · q kᵀ) v` per sequence and query head, from the fused layout.
 fn naive_attention(qkv: &[f32], cu: &[usize], spec: &AttentionSpec) -> Vec<f64> {
+    naive_biased(qkv, cu, spec, None)
+}
+
+/// [`naive_attention`] plus a relative bias `table[head][j − i + span − 1]`.
+fn naive_biased(qkv: &[f32], cu: &[usize], spec: &AttentionSpec, rel: Option<(&[f32], usize)>) -> Vec<f64> {
     let (hd, ld) = (spec.head_dim, spec.qkv_width());
     let group = spec.heads / spec.kv_heads;
     let tokens = *cu.last().unwrap();
@@ -129,7 +134,8 @@ fn naive_attention(qkv: &[f32], cu: &[usize], spec: &AttentionSpec) -> Vec<f64> 
                 let scores: Vec<f64> = (0..seen)
                     .map(|j| {
                         let dot: f64 = (0..hd).map(|d| at(i, head * hd + d) * at(j, (spec.heads + kv) * hd + d)).sum();
-                        dot * spec.scale as f64
+                        let bias = rel.map_or(0.0, |(t, span)| t[head * (2 * span - 1) + j + span - 1 - i] as f64);
+                        dot * spec.scale as f64 + bias
                     })
                     .collect();
                 let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -163,13 +169,24 @@ fn attention<O: Ops>(o: &O, name: &str) {
         let qkv = values(9 * spec.qkv_width(), spec.heads + spec.head_dim);
         let x = o.upload(9, spec.qkv_width(), qkv.clone()).unwrap();
         let mut y = o.empty().unwrap();
-        o.attention(&x, &seqs, &spec, &mut y).unwrap();
+        o.attention(&x, &seqs, &spec, None, &mut y).unwrap();
         assert_eq!(o.dims(&y), (9, spec.out_width()));
         close(&o.host(&y).unwrap(), &naive_attention(&qkv, &cu, &spec), 1e-5, &format!("{name} {spec:?}"));
     }
+    // A bias by relative offset (MPNet), with a span longer than the longest sequence.
+    let spec = AttentionSpec::new(8, 2, false);
+    let (qkv, span) = (values(9 * spec.qkv_width(), 19), 6);
+    let table = values(spec.heads * (2 * span - 1), 20);
+    let x = o.upload(9, spec.qkv_width(), qkv.clone()).unwrap();
+    let mut y = o.empty().unwrap();
+    o.attention(&x, &seqs, &spec, Some(RelativeBias { table: &table, span }), &mut y).unwrap();
+    let want = naive_biased(&qkv, &cu, &spec, Some((&table, span)));
+    close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} relative bias"));
+    let short = RelativeBias { table: &table[..table.len() - 1], span };
+    assert!(o.attention(&x, &seqs, &spec, Some(short), &mut y).is_err(), "{name}: a short bias table is an error");
     let wrong = o.upload(9, 5, values(45, 0)).unwrap();
     let mut y = o.empty().unwrap();
-    assert!(o.attention(&wrong, &seqs, &specs[0], &mut y).is_err(), "{name}: a mis-shaped input is an error");
+    assert!(o.attention(&wrong, &seqs, &specs[0], None, &mut y).is_err(), "{name}: a mis-shaped input is an error");
 }
 
 fn rms_glu_and_rows<O: Ops>(o: &O, name: &str) {
@@ -247,7 +264,7 @@ fn rotary_attention<O: Ops>(o: &O, name: &str) {
     let want: Vec<f64> = rotated.iter().map(|v| *v as f64).collect();
     close(&o.host(&x).unwrap(), &want, 1e-6, &format!("{name} rotary"));
     let mut y = o.empty().unwrap();
-    o.attention(&x, &o.seqs(&cu).unwrap(), &spec, &mut y).unwrap();
+    o.attention(&x, &o.seqs(&cu).unwrap(), &spec, None, &mut y).unwrap();
     close(&o.host(&y).unwrap(), &naive_attention(&rotated, &cu, &spec), 1e-5, &format!("{name} rotary attention"));
 }
 

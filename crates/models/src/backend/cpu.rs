@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use candle_core::Tensor;
 
-use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post};
+use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, RelativeBias};
 use crate::cpu::gemm::{gemm, Epilogue, MatRef};
 use crate::cpu::layers::{attention, host, layer_norm_rows, with_scratch, Dense, Scratch};
 use crate::cpu::{ops, Isa};
@@ -291,13 +291,23 @@ impl Ops for Cpu {
         Ok(())
     }
 
-    fn attention(&self, qkv: &Mat, seqs: &Vec<usize>, spec: &AttentionSpec, out: &mut Mat) -> Result<(), ModelError> {
+    fn attention(
+        &self,
+        qkv: &Mat,
+        seqs: &Vec<usize>,
+        spec: &AttentionSpec,
+        bias: Option<RelativeBias<'_>>,
+        out: &mut Mat,
+    ) -> Result<(), ModelError> {
         spec.check()?;
+        if let Some(b) = &bias {
+            b.check(spec.heads, seqs.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0))?;
+        }
         if qkv.cols != spec.qkv_width() || seqs.last().copied().unwrap_or(0) != qkv.rows {
             return Err(ModelError::Forward("attention input does not fit its layout".into()));
         }
         out.reshape_for(qkv.rows, spec.out_width());
-        attention(self.isa, &qkv.data, &mut out.data, seqs, spec);
+        attention(self.isa, &qkv.data, &mut out.data, seqs, spec, bias);
         Ok(())
     }
 

@@ -123,6 +123,24 @@ impl AttentionSpec {
     }
 }
 
+/// A learned per-head bias on the attention scores that depends only on the key's offset from the query
+/// (MPNet's bucketed relative positions, resolved on the host): `table[head · (2·span − 1) + j − i + span − 1]`
+/// for sequences of at most `span` tokens. It is added after the scale.
+#[derive(Debug, Clone, Copy)]
+pub struct RelativeBias<'a> {
+    pub table: &'a [f32],
+    pub span: usize,
+}
+
+impl RelativeBias<'_> {
+    fn check(&self, heads: usize, longest: usize) -> Result<(), ModelError> {
+        if longest > self.span || self.table.len() != heads * (2 * self.span).saturating_sub(1) {
+            return Err(ModelError::Forward("relative position bias does not fit the attention".into()));
+        }
+        Ok(())
+    }
+}
+
 /// The primitive operations of a backend. Families are generic over it (static dispatch); only the
 /// finished model is boxed as a [`crate::Model`].
 pub trait Ops: Send + Sync + Sized + 'static {
@@ -186,13 +204,14 @@ pub trait Ops: Send + Sync + Sized + 'static {
     fn rotary(&self, qkv: &mut Self::T, spec: &AttentionSpec, cos: &Self::T, sin: &Self::T) -> Result<(), ModelError>;
     /// Reinterprets the row-major data as `[rows, cols]` (the same number of elements).
     fn reshape(&self, x: &mut Self::T, rows: usize, cols: usize) -> Result<(), ModelError>;
-    /// `out[t, head] = softmax(scale · q kᵀ) v` within each sequence, for the fused `qkv` (see
+    /// `out[t, head] = softmax(scale · q kᵀ + bias) v` within each sequence, for the fused `qkv` (see
     /// [`AttentionSpec`]); `out` is `[tokens, heads · head_dim]`.
     fn attention(
         &self,
         qkv: &Self::T,
         seqs: &Self::Seqs,
         spec: &AttentionSpec,
+        bias: Option<RelativeBias<'_>>,
         out: &mut Self::T,
     ) -> Result<(), ModelError>;
     /// Attention within consecutive windows of `n` rows (`qkv` `[windows · n, qkv_width]`, each window a

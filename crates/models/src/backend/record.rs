@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use candle_core::Tensor;
 
-use super::{Activation, AttentionSpec, Norm, Ops, Post};
+use super::{Activation, AttentionSpec, Norm, Ops, Post, RelativeBias};
 use crate::error::ModelError;
 use crate::loader::Compute;
 
@@ -131,8 +131,15 @@ impl<O: Ops> Ops for Recording<O> {
         self.inner.reshape(x, rows, cols)
     }
 
-    fn attention(&self, qkv: &O::T, seqs: &O::Seqs, spec: &AttentionSpec, out: &mut O::T) -> Result<(), ModelError> {
-        self.inner.attention(qkv, seqs, spec, out)
+    fn attention(
+        &self,
+        qkv: &O::T,
+        seqs: &O::Seqs,
+        spec: &AttentionSpec,
+        bias: Option<RelativeBias<'_>>,
+        out: &mut O::T,
+    ) -> Result<(), ModelError> {
+        self.inner.attention(qkv, seqs, spec, bias, out)
     }
 
     fn pooled_attention(

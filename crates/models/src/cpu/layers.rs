@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::gemm::{gemm, gemm_raw, Epilogue, MatRef, Out, PackedB};
 use super::qgemm::{gemm_i8, PackedI8};
 use super::{ops, Isa};
-use crate::backend::AttentionSpec;
+use crate::backend::{AttentionSpec, RelativeBias};
 
 pub(crate) fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
     t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()
@@ -131,7 +131,14 @@ pub(crate) fn layer_norm_rows(isa: Isa, x: &mut [f32], gamma: &[f32], beta: &[f3
 /// Self-attention for every (sequence, query head) of a packed batch:
 /// `ctx[t, head] = softmax(scale · q kᵀ) v`. `qkv` holds each token's query heads, key heads and value
 /// heads side by side (see [`AttentionSpec`]); `ctx` is `[tokens, heads · head_dim]`.
-pub(crate) fn attention(isa: Isa, qkv: &[f32], ctx: &mut [f32], cu_seqlens: &[usize], spec: &AttentionSpec) {
+pub(crate) fn attention(
+    isa: Isa,
+    qkv: &[f32],
+    ctx: &mut [f32],
+    cu_seqlens: &[usize],
+    spec: &AttentionSpec,
+    bias: Option<RelativeBias<'_>>,
+) {
     let AttentionSpec { heads, kv_heads, head_dim: hd, scale, causal } = *spec;
     let (ld, width) = (spec.qkv_width(), spec.out_width());
     let group = heads / kv_heads.max(1);
@@ -154,12 +161,17 @@ pub(crate) fn attention(isa: Isa, qkv: &[f32], ctx: &mut [f32], cu_seqlens: &[us
             scores.resize(n * n, 0.0);
             gemm(q, keys, scores, n, Epilogue::None, false);
             for (i, row) in scores.chunks_mut(n).enumerate() {
-                if causal {
-                    ops::softmax(isa, &mut row[..=i], scale);
-                    row[i + 1..].fill(0.0);
-                } else {
-                    ops::softmax(isa, row, scale);
+                let seen = if causal { i + 1 } else { n };
+                match bias {
+                    None => ops::softmax(isa, &mut row[..seen], scale),
+                    Some(RelativeBias { table, span }) => {
+                        // Offsets j − i of this row start at −i: column span − 1 − i of the head's table.
+                        let t = &table[head * (2 * span - 1) + span - 1 - i..][..seen];
+                        row[..seen].iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
+                        ops::softmax(isa, &mut row[..seen], 1.0);
+                    }
                 }
+                row[seen..].fill(0.0);
             }
             values.repack(n, hd, &qkv[row0 + (heads + kv_heads + kv) * hd..], ld, 1);
             let p = MatRef { data: scores, rows: n, cols: n, ld: n };
@@ -264,7 +276,7 @@ mod tests {
         let qkv: Vec<f32> = (0..tokens * 3 * h).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.05).collect();
         for causal in [false, true] {
             let mut ctx = vec![f32::NAN; tokens * h];
-            attention(Isa::get(), &qkv, &mut ctx, &cu, &AttentionSpec::new(h, nh, causal));
+            attention(Isa::get(), &qkv, &mut ctx, &cu, &AttentionSpec::new(h, nh, causal), None);
             for s in 0..cu.len() - 1 {
                 let (r0, n) = (cu[s], cu[s + 1] - cu[s]);
                 for head in 0..nh {

@@ -1,10 +1,27 @@
 //! Self-attention as every family here runs it: one fused query/key/value projection, rotary positions
 //! where the family has them, attention by the backend, then the output projection added to a residual.
 
-use crate::backend::{AttentionSpec, Ops, Post};
+use crate::backend::{AttentionSpec, Ops, Post, RelativeBias};
 use crate::error::ModelError;
 
 use super::Scratch;
+
+/// How a family tells attention where tokens are, beyond their embeddings.
+pub enum Positional<'a, O: Ops> {
+    None,
+    /// Each row's rotary `(cos, sin)`.
+    Rotary(&'a O::T, &'a O::T),
+    /// A bias by relative offset (MPNet).
+    Relative(RelativeBias<'a>),
+}
+
+impl<O: Ops> Clone for Positional<'_, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<O: Ops> Copy for Positional<'_, O> {}
 
 pub struct SelfAttention<O: Ops> {
     pub qkv: O::Linear,
@@ -13,7 +30,7 @@ pub struct SelfAttention<O: Ops> {
 }
 
 impl<O: Ops> SelfAttention<O> {
-    /// `out = residual + out_proj(attention(rotary(qkv(x))))`; `rotary`: each row's `(cos, sin)`.
+    /// `out = residual + out_proj(attention(qkv(x)))`, positions as `positional` says.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -21,15 +38,18 @@ impl<O: Ops> SelfAttention<O> {
         x: &O::T,
         residual: &O::T,
         seqs: &O::Seqs,
-        rotary: Option<(&O::T, &O::T)>,
+        positional: Positional<'_, O>,
         scratch: &mut Scratch<O>,
         out: &mut O::T,
     ) -> Result<(), ModelError> {
         o.linear_fwd(x, &self.qkv, Post::None, &mut scratch.qkv)?;
-        if let Some((cos, sin)) = rotary {
-            o.rotary(&mut scratch.qkv, &self.spec, cos, sin)?;
+        let mut bias = None;
+        match positional {
+            Positional::None => {}
+            Positional::Rotary(cos, sin) => o.rotary(&mut scratch.qkv, &self.spec, cos, sin)?,
+            Positional::Relative(b) => bias = Some(b),
         }
-        o.attention(&scratch.qkv, seqs, &self.spec, &mut scratch.ctx)?;
+        o.attention(&scratch.qkv, seqs, &self.spec, bias, &mut scratch.ctx)?;
         o.linear_fwd(&scratch.ctx, &self.out, Post::Residual(residual), out)
     }
 }

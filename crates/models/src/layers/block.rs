@@ -3,7 +3,7 @@
 use crate::backend::{Norm, Ops};
 use crate::error::ModelError;
 
-use super::{FeedForward, Scratch, SelfAttention};
+use super::{FeedForward, Positional, Scratch, SelfAttention};
 
 pub struct PreNormLayer<O: Ops> {
     pub norm1: Norm<O::Param>,
@@ -12,20 +12,19 @@ pub struct PreNormLayer<O: Ops> {
     pub mlp: FeedForward<O>,
 }
 
-/// Runs `layers` over `x` (`[tokens, hidden]`, packed as `seqs`), in place; `rotary`: each row's
-/// `(cos, sin)` for towers with rotary positions.
+/// Runs `layers` over `x` (`[tokens, hidden]`, packed as `seqs`), in place.
 pub fn pre_norm_stack<O: Ops>(
     o: &O,
     layers: &[PreNormLayer<O>],
     x: &mut O::T,
     seqs: &O::Seqs,
-    rotary: Option<(&O::T, &O::T)>,
+    positional: Positional<'_, O>,
 ) -> Result<(), ModelError> {
     let mut scratch = Scratch::new(o)?;
     let (mut normed, mut mid) = (o.empty()?, o.empty()?);
     for l in layers {
         o.norm_to(x, &l.norm1, &mut normed)?;
-        l.attention.forward(o, &normed, x, seqs, rotary, &mut scratch, &mut mid)?;
+        l.attention.forward(o, &normed, x, seqs, positional, &mut scratch, &mut mid)?;
         o.norm_to(&mid, &l.norm2, &mut normed)?;
         l.mlp.forward(o, &normed, &mid, &mut scratch, x)?;
     }

@@ -7,7 +7,7 @@ pub mod mlp;
 pub mod rotary;
 pub mod weights;
 
-pub use attention::SelfAttention;
+pub use attention::{Positional, SelfAttention};
 pub use mlp::{FeedForward, GatedMlp, Mlp};
 pub use weights::Weights;
 

@@ -278,7 +278,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, clip, clap, colpali, colqwen2, siglip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
         ))),
     }

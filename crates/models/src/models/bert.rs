@@ -1,15 +1,17 @@
-//! The BERT family: BERT, RoBERTa, XLM-RoBERTa and CamemBERT (and CLAP's text tower), one definition
+//! The BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet (and CLAP's text tower), one definition
 //! over [`Ops`]. RoBERTa's flavour only numbers positions from `pad_token_id + 1` and has a single token
-//! type. Post-norm layers: attention and the MLP each add their input back, then layer-normalize.
+//! type; MPNet is RoBERTa-numbered, has no token types, names its attention differently and adds a learned
+//! bias by bucketed relative position to every layer's scores. Post-norm layers: attention and the MLP each
+//! add their input back, then layer-normalize.
 
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
-use crate::backend::{Activation, AttentionSpec, Norm, Ops};
+use crate::backend::{Activation, AttentionSpec, Norm, Ops, RelativeBias};
 use crate::batch::Batch;
 use crate::encoder::{Encoder, TokenStates};
 use crate::error::ModelError;
-use crate::layers::{Mlp, Scratch, SelfAttention, Weights};
+use crate::layers::{Mlp, Positional, Scratch, SelfAttention, Weights};
 
 /// A BERT-family encoder's geometry, every field resolved: from the checkpoint's `config.json`, or, where
 /// the file omits one, the default of the transformers config class the checkpoint was saved from
@@ -27,6 +29,9 @@ pub struct BertConfig {
     pub layer_norm_eps: f64,
     pub pad_token_id: u32,
     pub position_embedding_type: String,
+    /// MPNet's relative-position buckets (rows of `encoder.relative_attention_bias`); 0 for the others.
+    pub relative_attention_num_buckets: usize,
+    pub class: BertClass,
 }
 
 /// The transformers config classes whose checkpoints this encoder reads; their defaults differ.
@@ -38,6 +43,7 @@ pub enum BertClass {
     Camembert,
     /// CLAP's text tower (`ClapTextConfig`, a RoBERTa).
     ClapText,
+    MPNet,
 }
 
 impl BertClass {
@@ -48,6 +54,7 @@ impl BertClass {
             "xlm-roberta" => Some(BertClass::XlmRoberta),
             "camembert" => Some(BertClass::Camembert),
             "clap_text_model" => Some(BertClass::ClapText),
+            "mpnet" => Some(BertClass::MPNet),
             _ => None,
         }
     }
@@ -60,6 +67,8 @@ impl BertClass {
             BertClass::Roberta => (50265, 1, 2, 512),
             BertClass::XlmRoberta | BertClass::Camembert => (30522, 1, 2, 512),
             BertClass::ClapText => (50265, 1, 1, 514),
+            // MPNetConfig has no token types.
+            BertClass::MPNet => (30527, 1, 0, 512),
         }
     }
 }
@@ -78,6 +87,7 @@ pub struct BertConfigFile {
     pub layer_norm_eps: Option<f64>,
     pub pad_token_id: Option<u32>,
     pub position_embedding_type: Option<String>,
+    pub relative_attention_num_buckets: Option<usize>,
 }
 
 impl BertConfigFile {
@@ -92,10 +102,16 @@ impl BertConfigFile {
             intermediate_size: self.intermediate_size.unwrap_or(3072),
             hidden_act: self.hidden_act.unwrap_or_else(|| "gelu".into()),
             max_position_embeddings: self.max_position_embeddings.unwrap_or(positions),
-            type_vocab_size: self.type_vocab_size.unwrap_or(types),
             layer_norm_eps: self.layer_norm_eps.unwrap_or(1e-12),
             pad_token_id: self.pad_token_id.unwrap_or(pad),
             position_embedding_type: self.position_embedding_type.unwrap_or_else(|| "absolute".into()),
+            relative_attention_num_buckets: match class {
+                BertClass::MPNet => self.relative_attention_num_buckets.unwrap_or(32),
+                _ => 0,
+            },
+            // MPNetConfig has no token types whatever the file says (MPNetEmbeddings builds no table).
+            type_vocab_size: if class == BertClass::MPNet { 0 } else { self.type_vocab_size.unwrap_or(types) },
+            class,
         }
     }
 }
@@ -108,6 +124,13 @@ impl BertConfig {
             return Err(ModelError::Unsupported(format!(
                 "position_embedding_type `{}` (only `absolute` is implemented)",
                 self.position_embedding_type
+            )));
+        }
+        if self.class == BertClass::MPNet && self.relative_attention_num_buckets < 32 {
+            // transformers buckets offsets into 32 whatever the table holds.
+            return Err(ModelError::Unsupported(format!(
+                "relative_attention_num_buckets {} (MPNet's buckets need 32)",
+                self.relative_attention_num_buckets
             )));
         }
         if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
@@ -132,7 +155,7 @@ impl Flavor {
     pub fn from_model_type(model_type: &str) -> Option<Self> {
         match model_type {
             "bert" => Some(Flavor::Bert),
-            "roberta" | "xlm-roberta" | "camembert" => Some(Flavor::Roberta),
+            "roberta" | "xlm-roberta" | "camembert" | "mpnet" => Some(Flavor::Roberta),
             _ => None,
         }
     }
@@ -141,6 +164,8 @@ impl Flavor {
     pub fn position_offset(self, cfg: &BertConfig) -> usize {
         match self {
             Flavor::Bert => 0,
+            // MPNetEmbeddings numbers from its fixed padding_idx 1, whatever pad_token_id says.
+            Flavor::Roberta if cfg.class == BertClass::MPNet => 2,
             Flavor::Roberta => cfg.pad_token_id as usize + 1,
         }
     }
@@ -171,7 +196,27 @@ pub struct Bert<O: Ops> {
     vocab: usize,
     position_offset: usize,
     max_positions: usize,
+    /// MPNet's `[buckets, heads]` relative-position bias.
+    relative: Option<Vec<f32>>,
+    heads: usize,
     weight_bytes: usize,
+}
+
+/// MPNet's bucket for a key `offset` tokens after the query (`MPNetEncoder.relative_position_bucket` with its
+/// fixed 32 buckets and max distance 128: 16 per direction, exact below 8, logarithmic beyond), in f32 as
+/// torch computes it.
+pub fn relative_bucket(offset: i64) -> usize {
+    let (half, exact, max_distance) = (16i64, 8i64, 128f64);
+    let n = -offset;
+    let base = if n < 0 { half } else { 0 };
+    let n = n.abs();
+    let within = if n < exact {
+        n
+    } else {
+        let log = (n as f32 / exact as f32).ln() / (max_distance / exact as f64).ln() as f32;
+        (exact + (log * (half - exact) as f32) as i64).min(half - 1)
+    };
+    (base + within) as usize
 }
 
 impl<O: Ops> Bert<O> {
@@ -190,17 +235,31 @@ impl<O: Ops> Bert<O> {
         };
         let emb_norm = emb.pp("LayerNorm").layer_norm(h, eps)?;
         let spec = AttentionSpec::new(h, cfg.num_attention_heads, false);
+        let mpnet = cfg.class == BertClass::MPNet;
+        // [buckets, heads], kept on the host: each forward pass spreads it over the batch's offsets.
+        let relative = if mpnet {
+            let t = w.vb().pp("encoder").pp("relative_attention_bias");
+            let table = t.get((cfg.relative_attention_num_buckets, cfg.num_attention_heads), "weight");
+            Some(table.and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(crate::error::weights)?)
+        } else {
+            None
+        };
         let layers = (0..cfg.num_hidden_layers)
             .map(|n| {
                 let l = w.pp("encoder").pp("layer").pp(n);
-                let (sa, ao) = (l.pp("attention").pp("self"), l.pp("attention").pp("output"));
+                let a = l.pp("attention");
+                // MPNet: attention.attn.{q,k,v,o} and attention.LayerNorm.
+                let (qkv, out, attn_norm) = if mpnet {
+                    let sa = a.pp("attn");
+                    (sa.linear_cat(&[("q", h), ("k", h), ("v", h)], h, true)?, sa.pp("o"), a.pp("LayerNorm"))
+                } else {
+                    let sa = a.pp("self");
+                    let qkv = sa.linear_cat(&[("query", h), ("key", h), ("value", h)], h, true)?;
+                    (qkv, a.pp("output").pp("dense"), a.pp("output").pp("LayerNorm"))
+                };
                 Ok(Layer {
-                    attention: SelfAttention {
-                        qkv: sa.linear_cat(&[("query", h), ("key", h), ("value", h)], h, true)?,
-                        out: ao.pp("dense").linear(h, h, true)?,
-                        spec,
-                    },
-                    attn_norm: ao.pp("LayerNorm").layer_norm(h, eps)?,
+                    attention: SelfAttention { qkv, out: out.linear(h, h, true)?, spec },
+                    attn_norm: attn_norm.layer_norm(h, eps)?,
                     mlp: Mlp {
                         fc1: l.pp("intermediate").pp("dense").linear(h, i, true)?,
                         fc2: l.pp("output").pp("dense").linear(i, h, true)?,
@@ -221,6 +280,8 @@ impl<O: Ops> Bert<O> {
             vocab: cfg.vocab_size,
             position_offset: flavor.position_offset(cfg),
             max_positions: cfg.max_position_embeddings,
+            relative,
+            heads: cfg.num_attention_heads,
             weight_bytes: w.bytes() - start,
         })
     }
@@ -264,8 +325,22 @@ impl<O: Ops> Bert<O> {
         let seqs = o.seqs(&batch.cu_seqlens)?;
         let mut scratch = Scratch::new(o)?;
         let mut mid = o.empty()?;
+        // The relative bias for every offset this batch has, per head: `[heads, 2·span − 1]`.
+        let span = batch.max_len.max(1);
+        let table: Option<Vec<f32>> = self.relative.as_ref().map(|r| {
+            (0..self.heads * (2 * span - 1))
+                .map(|e| {
+                    let (head, d) = (e / (2 * span - 1), (e % (2 * span - 1)) as i64 - (span as i64 - 1));
+                    r.get(relative_bucket(d) * self.heads + head).copied().unwrap_or(0.0)
+                })
+                .collect()
+        });
+        let positional = match &table {
+            Some(t) => Positional::Relative(RelativeBias { table: t, span }),
+            None => Positional::None,
+        };
         for layer in &self.layers {
-            layer.attention.forward(o, &x, &x, &seqs, None, &mut scratch, &mut mid)?;
+            layer.attention.forward(o, &x, &x, &seqs, positional, &mut scratch, &mut mid)?;
             o.norm(&mut mid, &layer.attn_norm)?;
             layer.mlp.forward(o, &mid, &mid, &mut scratch, &mut x)?;
             o.norm(&mut x, &layer.out_norm)?;
@@ -305,7 +380,7 @@ impl<O: Ops> Encoder for BertEncoder<O> {
 /// The var builder rooted at the encoder: task checkpoints nest it under `bert.` or `roberta.`, a
 /// bare `BertModel` / `XLMRobertaModel` does not.
 pub fn root(vb: VarBuilder) -> VarBuilder {
-    for prefix in ["bert", "roberta"] {
+    for prefix in ["bert", "roberta", "mpnet"] {
         if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
             return vb.pp(prefix);
         }

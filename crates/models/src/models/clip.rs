@@ -9,6 +9,7 @@ use crate::backend::{Activation, AttentionSpec, Norm, Ops, Post};
 use crate::batch::Batch;
 use crate::error::ModelError;
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
+use crate::layers::Positional;
 use crate::layers::{FeedForward, Mlp, SelfAttention, Weights};
 use crate::media::image::Pixels;
 
@@ -245,7 +246,7 @@ impl<O: Ops> ClipText<O> {
         }
         let mut x = o.empty()?;
         o.embed(&mut x, self.hidden, &[(&self.token, &batch.input_ids), (&self.positions, &positions)])?;
-        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&batch.cu_seqlens)?, None)?;
+        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&batch.cu_seqlens)?, Positional::None)?;
         finish(o, &x, &pooled, &self.final_norm, &self.projection)
     }
 }
@@ -339,7 +340,7 @@ impl<O: Ops> ClipVision<O> {
         o.add_rows(&mut x, &self.positions, &positions)?;
         o.norm(&mut x, &self.pre_norm)?;
         let cu: Vec<usize> = (0..=b).map(|i| i * n).collect();
-        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&cu)?, None)?;
+        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&cu)?, Positional::None)?;
         let cls: Vec<(u32, u32)> = (0..b).map(|i| (0, (i * n) as u32)).collect();
         finish(o, &x, &cls, &self.post_norm, &self.projection)
     }

@@ -10,6 +10,7 @@ use crate::error::ModelError;
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
 use crate::layers::decoder::{load_decoder_layers, DecoderSpec};
 use crate::layers::rotary::{angles, inv_freq, tables};
+use crate::layers::Positional;
 use crate::layers::Weights;
 
 /// `GemmaConfig`; hub configs omit what equals the class defaults, so every field has them.
@@ -139,7 +140,7 @@ impl<O: Ops> Gemma<O> {
     /// its position in `positions`.
     pub fn forward(&self, o: &O, x: &mut O::T, seqs: &O::Seqs, positions: &[u32]) -> Result<(), ModelError> {
         let (cos, sin) = tables(o, &angles(&self.inv_freq, positions), positions.len(), self.inv_freq.len())?;
-        pre_norm_stack(o, &self.layers, x, seqs, Some((&cos, &sin)))?;
+        pre_norm_stack(o, &self.layers, x, seqs, Positional::Rotary(&cos, &sin))?;
         o.norm(x, &self.norm)
     }
 }

@@ -12,6 +12,7 @@ use crate::error::ModelError;
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
 use crate::layers::decoder::{load_decoder_layers, DecoderSpec};
 use crate::layers::rotary::{angles, inv_freq, tables};
+use crate::layers::Positional;
 use crate::layers::{FeedForward, Mlp, SelfAttention, Weights};
 use crate::media::image::Pixels;
 
@@ -212,7 +213,7 @@ impl<O: Ops> Qwen2VlVision<O> {
         let mut x = o.empty()?;
         o.linear_fwd(&o.upload(n, k, rows)?, &self.patch, Post::None, &mut x)?;
         let (cos, sin) = tables(o, &rot, n, 2 * self.inv_freq.len())?;
-        pre_norm_stack(o, &self.blocks, &mut x, &o.seqs(&cu)?, Some((&cos, &sin)))?;
+        pre_norm_stack(o, &self.blocks, &mut x, &o.seqs(&cu)?, Positional::Rotary(&cos, &sin))?;
         o.norm(&mut x, &self.merge_norm)?;
         // Rows are in 2×2-block order, so each block's four rows side by side are one row of the merger.
         o.reshape(&mut x, n / (m * m), self.dim * m * m)?;
@@ -281,7 +282,7 @@ impl<O: Ops> Qwen2<O> {
     /// Final states of packed input embeddings (causal within each sequence), each row at its position.
     pub fn forward(&self, o: &O, x: &mut O::T, seqs: &O::Seqs, positions: &[u32]) -> Result<(), ModelError> {
         let (cos, sin) = tables(o, &angles(&self.inv_freq, positions), positions.len(), self.inv_freq.len())?;
-        pre_norm_stack(o, &self.layers, x, seqs, Some((&cos, &sin)))?;
+        pre_norm_stack(o, &self.layers, x, seqs, Positional::Rotary(&cos, &sin))?;
         o.norm(x, &self.norm)
     }
 }

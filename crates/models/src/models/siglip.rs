@@ -12,6 +12,7 @@ use crate::backend::{Activation, AttentionSpec, Norm, Ops, Post};
 use crate::batch::Batch;
 use crate::error::{weights, ModelError};
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
+use crate::layers::Positional;
 use crate::layers::{Mlp, Scratch, Weights};
 use crate::media::image::Pixels;
 
@@ -150,7 +151,7 @@ impl<O: Ops> SiglipVision<O> {
         let positions: Vec<u32> = (0..b).flat_map(|_| 0..n as u32).collect();
         o.add_rows(&mut x, &self.positions, &positions)?;
         let cu: Vec<usize> = (0..=b).map(|i| i * n).collect();
-        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&cu)?, None)?;
+        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&cu)?, Positional::None)?;
         o.norm(&mut x, &self.post_norm)?;
         Ok(x)
     }
@@ -268,7 +269,7 @@ impl<O: Ops> SiglipText<O> {
         let mut x = o.empty()?;
         o.embed(&mut x, self.hidden, &[(&self.token, &ids), (&self.positions, &positions)])?;
         let cu: Vec<usize> = (0..=b).map(|i| i * n).collect();
-        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&cu)?, None)?;
+        pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&cu)?, Positional::None)?;
         let last: Vec<(u32, u32)> = (0..b).map(|i| (0, ((i + 1) * n - 1) as u32)).collect();
         let mut pooled = o.empty()?;
         o.gather_rows(&mut pooled, &[&x], &last)?;
