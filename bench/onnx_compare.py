@@ -5,9 +5,11 @@ Benchmark sentences in batches of 32, each batch padded to its longest sentence,
     pip install torch transformers onnxruntime onnx onnxscript     # a developer machine, not CI
     python3 bench/onnx_compare.py models/all-MiniLM-L6-v2 ../shared/data/stsbenchmark.tsv.gz [N]
 
-Exports the model to ONNX once (models/<name>.onnx). Prints one JSON line per runtime.
+Exports the model to ONNX once (models/<name>.onnx). Prints one JSON line per runtime. `NO_ONNX=1` runs
+PyTorch only (no onnxruntime installed, or a model whose export is not set up here).
 """
 import json
+import os
 import statistics
 import sys
 import time
@@ -48,7 +50,8 @@ def main():
     model = AutoModel.from_pretrained(model_dir).eval()
 
     onnx_path = model_dir.parent / f"{model_dir.name}.onnx"
-    if not onnx_path.exists():
+    use_onnx = not os.environ.get("NO_ONNX")
+    if use_onnx and not onnx_path.exists():
         class Encoder(torch.nn.Module):
             def __init__(self, inner):
                 super().__init__()
@@ -67,13 +70,14 @@ def main():
             opset_version=17, dynamo=False,
         )
 
-    import onnxruntime as ort
+    if use_onnx:
+        import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
     def run_ort():
         for b in batches:
@@ -83,12 +87,14 @@ def main():
     @torch.inference_mode()
     def run_torch():
         for b in batches:
-            out = model(**{k: torch.from_numpy(b[k]) for k in ["input_ids", "attention_mask", "token_type_ids"]})
+            # Whatever the tokenizer feeds the model (MPNet has no token types).
+            out = model(**{k: torch.from_numpy(v) for k, v in b.items()})
             pool(out.last_hidden_state.numpy(), b["attention_mask"])
 
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     padded = sum(b["input_ids"].size for b in batches)
-    for name, fn in [("onnxruntime", run_ort), ("pytorch", run_torch)]:
+    runs = [("onnxruntime", run_ort)] if use_onnx else []
+    for name, fn in runs + [("pytorch", run_torch)]:
         secs = timed(fn)
         print(json.dumps({"runtime": name, "sentences": len(sents), "batch": 32, "seconds": secs,
                           "sentences_per_s": len(sents) / secs, "real_tokens": real, "padded_tokens": padded,
