@@ -5,14 +5,14 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::towers::{Towers, TowersModel};
 use super::{
     backend_for, file_bytes, page_retriever_info, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions,
-    LoadedModel, ModelInfo, PageModel, PageRetriever,
+    LoadedModel, ModelInfo,
 };
-use crate::backend::{candle::Candle, cpu::Cpu, Ops};
-use crate::batch::Batch;
+use crate::backend::{candle::Candle, cpu::Cpu};
 use crate::error::{read_json, ModelError};
-use crate::media::image::{ImageProcessor, Pixels};
+use crate::media::image::ImageProcessor;
 use crate::models::colpali::{ColPali, ColPaliConfig};
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
@@ -56,16 +56,18 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     let tokenizer =
         base.with_template(format!("{bos}{}", processor.query_prefix), format!("{}\n", pad.repeat(QUERY_AUGMENTATION)));
 
+    let vision = &cfg.vlm_config.vision_config;
+    let side = vision.image_size;
+    let page_tokens = (side / vision.patch_size.max(1)).pow(2) + page_prompt.len();
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    let model: Box<dyn LoadedColPali> = match backend_for(opts, &device) {
+    let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(ColPali::load(Cpu::f32(), vb, &cfg, page_prompt)?),
         Backend::Candle => Box::new(ColPali::load(Candle::new(device.clone()), vb, &cfg, page_prompt)?),
     };
     let backend = model.compute();
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
-    let side = model.image_size();
     if images.output_size() != (side, side) {
         return Err(ModelError::Unsupported(format!(
             "the image processor makes {:?} images; the vision tower takes {side}x{side}",
@@ -74,51 +76,13 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     }
     let info = ModelInfo {
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColPaliForRetrieval".into()),
-        ..page_retriever_info(backend, model.dim(), window, weight_bytes, model.tokens_per_image())
+        ..page_retriever_info(backend, model.dim(), window, weight_bytes, page_tokens)
     };
     Ok(LoadedModel {
-        model: std::sync::Arc::new(PageModel(model.retriever())),
+        model: std::sync::Arc::new(TowersModel { towers: model, normalize: false }),
         tokenizer,
         images: Some(images),
         audio: None,
         info,
     })
-}
-
-/// What the loader asks of a ColPali on any backend.
-trait LoadedColPali: PageRetriever {
-    fn dim(&self) -> usize;
-    fn image_size(&self) -> usize;
-    fn tokens_per_image(&self) -> usize;
-    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever>;
-}
-
-impl<O: Ops> PageRetriever for ColPali<O> {
-    fn compute(&self) -> Compute {
-        self.ops().compute()
-    }
-    fn weight_bytes(&self) -> u64 {
-        ColPali::weight_bytes(self)
-    }
-    fn texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_texts(batch)
-    }
-    fn pages(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_images(images)
-    }
-}
-
-impl<O: Ops> LoadedColPali for ColPali<O> {
-    fn dim(&self) -> usize {
-        ColPali::dim(self)
-    }
-    fn image_size(&self) -> usize {
-        ColPali::image_size(self)
-    }
-    fn tokens_per_image(&self) -> usize {
-        ColPali::tokens_per_image(self)
-    }
-    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever> {
-        self
-    }
 }

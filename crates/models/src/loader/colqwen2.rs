@@ -5,14 +5,14 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::towers::{Towers, TowersModel};
 use super::{
     backend_for, file_bytes, page_retriever_info, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions,
-    LoadedModel, ModelInfo, PageModel, PageRetriever,
+    LoadedModel, ModelInfo,
 };
-use crate::backend::{candle::Candle, cpu::Cpu, Ops};
-use crate::batch::Batch;
+use crate::backend::{candle::Candle, cpu::Cpu};
 use crate::error::{read_json, ModelError};
-use crate::media::image::{ImageProcessor, Pixels};
+use crate::media::image::ImageProcessor;
 use crate::models::colqwen2::{ColQwen2, ColQwen2Config, PagePrompt};
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
@@ -33,7 +33,9 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
         return Err(ModelError::InvalidOption("--dtype int8 is available for BERT-family encoders only".into()));
     }
     let cfg: ColQwen2Config = read_json(&dir.join("config.json"))?;
-    let (_, text, _) = cfg.parts().map_err(|reason| ModelError::BadFile { path: dir.join("config.json"), reason })?;
+    let (vision, text, _) =
+        cfg.parts().map_err(|reason| ModelError::BadFile { path: dir.join("config.json"), reason })?;
+    let merge_factor = vision.patch_size * vision.spatial_merge_size;
     let processor_path = dir.join("processor_config.json");
     let processor: ProcessorConfig = if processor_path.exists() {
         read_json(&processor_path)?
@@ -55,9 +57,10 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
     let query_prefix = processor.query_prefix.unwrap_or_else(|| "Query: ".into());
     let tokenizer = base.with_template(query_prefix, format!("{}\n", pad.repeat(QUERY_AUGMENTATION)));
 
+    let prompt_len = page.before.len() + page.after.len();
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    let model: Box<dyn LoadedColQwen2> = match backend_for(opts, &device) {
+    let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(ColQwen2::load(Cpu::f32(), vb, &cfg, page)?),
         Backend::Candle => Box::new(ColQwen2::load(Candle::new(device.clone()), vb, &cfg, page)?),
     };
@@ -67,61 +70,23 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
     let (factor, _, _) = images.dynamic().ok_or_else(|| {
         ModelError::Unsupported("a ColQwen2 image processor without dynamic resolution (min/max pixels)".into())
     })?;
-    if factor as usize != model.factor() {
+    if factor as usize != merge_factor {
         return Err(ModelError::Unsupported(format!(
             "the image processor rounds to multiples of {factor}; the vision tower merges {}-pixel blocks",
-            model.factor()
+            merge_factor
         )));
     }
     // A page costs its prompt and one token per merged block of factor² pixels.
     let info = ModelInfo {
         architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ColQwen2ForRetrieval".into()),
         image_pixels_per_token: factor as usize * factor as usize,
-        ..page_retriever_info(backend, model.dim(), window, weight_bytes, model.prompt_len())
+        ..page_retriever_info(backend, model.dim(), window, weight_bytes, prompt_len)
     };
     Ok(LoadedModel {
-        model: std::sync::Arc::new(PageModel(model.retriever())),
+        model: std::sync::Arc::new(TowersModel { towers: model, normalize: false }),
         tokenizer,
         images: Some(images),
         audio: None,
         info,
     })
-}
-
-/// What the loader asks of a ColQwen2 on any backend.
-trait LoadedColQwen2: PageRetriever {
-    fn dim(&self) -> usize;
-    fn factor(&self) -> usize;
-    fn prompt_len(&self) -> usize;
-    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever>;
-}
-
-impl<O: Ops> PageRetriever for ColQwen2<O> {
-    fn compute(&self) -> Compute {
-        self.ops().compute()
-    }
-    fn weight_bytes(&self) -> u64 {
-        ColQwen2::weight_bytes(self)
-    }
-    fn texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_texts(batch)
-    }
-    fn pages(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_images(images)
-    }
-}
-
-impl<O: Ops> LoadedColQwen2 for ColQwen2<O> {
-    fn dim(&self) -> usize {
-        ColQwen2::dim(self)
-    }
-    fn factor(&self) -> usize {
-        ColQwen2::factor(self)
-    }
-    fn prompt_len(&self) -> usize {
-        ColQwen2::prompt_len(self)
-    }
-    fn retriever(self: Box<Self>) -> Box<dyn PageRetriever> {
-        self
-    }
 }

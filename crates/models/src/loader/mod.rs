@@ -3,6 +3,7 @@
 mod colpali;
 mod colqwen2;
 mod siglip;
+mod towers;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -27,6 +28,7 @@ use crate::models::clip::{Clip, ClipConfig};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::st_config::SentenceTransformerConfig;
 use crate::tokenizer::TextTokenizer;
+use towers::{Towers, TowersModel};
 
 /// Runs one batch. Implementations own their weights; the engine calls them from one thread.
 pub trait Model: Send + Sync {
@@ -462,7 +464,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
-    let model: Box<dyn ImageTextModel> = match backend_for(opts, &device) {
+    let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Clip::load(Cpu::f32(), vb, &cfg)?),
         Backend::Candle => Box::new(Clip::load(Candle::new(device.clone()), vb, &cfg)?),
     };
@@ -497,7 +499,8 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         token_outputs: false,
         prompts: Default::default(),
     };
-    Ok(LoadedModel { model: std::sync::Arc::new(ImageText(model)), tokenizer, images: Some(images), audio: None, info })
+    let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
+    Ok(LoadedModel { model, tokenizer, images: Some(images), audio: None, info })
 }
 
 /// CLAP: text and audio into one space, L2-normalized as transformers and Infinity return them.
@@ -508,7 +511,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let cfg: ClapConfig = read_json(&dir.join("config.json"))?;
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
-    let model: Box<dyn AudioTextModel> = match backend_for(opts, &device) {
+    let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Clap::load(Cpu::f32(), vb, &cfg)?),
         Backend::Candle => Box::new(Clap::load(Candle::new(device.clone()), vb, &cfg)?),
     };
@@ -523,7 +526,8 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     }
     let window = Clap::<Cpu>::text_window(&cfg);
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
-    let (dim, audio_cost) = (model.dim(), model.tokens_per_clip());
+    let patch = crate::models::htsat::check_audio_config(&cfg.audio_config)?;
+    let (dim, audio_cost) = (model.dim(), (cfg.audio_config.spec_size / patch).pow(2));
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };
     let info = ModelInfo {
         task: Task::Embed,
@@ -544,105 +548,8 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         token_outputs: false,
         prompts: Default::default(),
     };
-    Ok(LoadedModel { model: std::sync::Arc::new(AudioText(model)), tokenizer, images: None, audio: Some(audio), info })
-}
-
-/// A model with a text tower and an audio tower into one space (CLAP), on whichever backend.
-pub(crate) trait AudioTextModel: Send + Sync {
-    fn compute(&self) -> Compute;
-    fn dim(&self) -> usize;
-    fn weight_bytes(&self) -> u64;
-    fn tokens_per_clip(&self) -> usize;
-    /// Projected, not yet normalized.
-    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError>;
-    fn audio(&self, clips: &[AudioFeatures]) -> Result<Vec<Vec<f32>>, ModelError>;
-}
-
-impl<O: crate::backend::Ops> AudioTextModel for Clap<O> {
-    fn compute(&self) -> Compute {
-        self.ops().compute()
-    }
-    fn dim(&self) -> usize {
-        Clap::dim(self)
-    }
-    fn weight_bytes(&self) -> u64 {
-        Clap::weight_bytes(self)
-    }
-    fn tokens_per_clip(&self) -> usize {
-        self.audio_tokens_per_clip()
-    }
-    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_text(batch)
-    }
-    fn audio(&self, clips: &[AudioFeatures]) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_audio(clips)
-    }
-}
-
-/// Serves an [`AudioTextModel`]: both kinds of input L2-normalized, as transformers and Infinity return them.
-struct AudioText(Box<dyn AudioTextModel>);
-
-impl Model for AudioText {
-    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        if batch.is_empty() {
-            return Ok(Output::default());
-        }
-        Ok(Output { vectors: normalized(self.0.text(batch)?) })
-    }
-
-    fn forward_audio(&self, clips: &[AudioFeatures]) -> Result<Output, ModelError> {
-        if clips.is_empty() {
-            return Ok(Output::default());
-        }
-        Ok(Output { vectors: normalized(self.0.audio(clips)?) })
-    }
-}
-
-/// A model with a text tower and an image tower into one space (CLIP, SigLIP), on whichever backend.
-pub(crate) trait ImageTextModel: Send + Sync {
-    fn compute(&self) -> Compute;
-    fn dim(&self) -> usize;
-    fn weight_bytes(&self) -> u64;
-    /// Projected, not yet normalized.
-    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError>;
-    fn images(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError>;
-}
-
-impl<O: crate::backend::Ops> ImageTextModel for Clip<O> {
-    fn compute(&self) -> Compute {
-        self.ops().compute()
-    }
-    fn dim(&self) -> usize {
-        Clip::dim(self)
-    }
-    fn weight_bytes(&self) -> u64 {
-        Clip::weight_bytes(self)
-    }
-    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_text(batch)
-    }
-    fn images(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_images(images)
-    }
-}
-
-/// Serves an [`ImageTextModel`]: both kinds of input L2-normalized, as Infinity returns them.
-pub(crate) struct ImageText(pub(crate) Box<dyn ImageTextModel>);
-
-impl Model for ImageText {
-    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        if batch.is_empty() {
-            return Ok(Output::default());
-        }
-        Ok(Output { vectors: normalized(self.0.text(batch)?) })
-    }
-
-    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
-        if images.is_empty() {
-            return Ok(Output::default());
-        }
-        Ok(Output { vectors: normalized(self.0.images(images)?) })
-    }
+    let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
+    Ok(LoadedModel { model, tokenizer, images: None, audio: Some(audio), info })
 }
 
 fn normalized(mut vectors: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
@@ -670,34 +577,6 @@ fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes
         audio_cost: 0,
         token_outputs: false,
         prompts: Default::default(),
-    }
-}
-
-/// A late-interaction model over page images and queries (ColPali, ColQwen2), on whichever backend.
-pub(crate) trait PageRetriever: Send + Sync {
-    fn compute(&self) -> Compute;
-    fn weight_bytes(&self) -> u64;
-    /// Token vectors of each query, row-major `[tokens × dim]`.
-    fn texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError>;
-    /// Token vectors of each page, row-major `[tokens × dim]`.
-    fn pages(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError>;
-}
-
-pub(crate) struct PageModel(pub(crate) Box<dyn PageRetriever>);
-
-impl Model for PageModel {
-    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        if batch.is_empty() {
-            return Ok(Output::default());
-        }
-        Ok(Output { vectors: self.0.texts(batch)? })
-    }
-
-    fn forward_images(&self, images: &[Pixels]) -> Result<Output, ModelError> {
-        if images.is_empty() {
-            return Ok(Output::default());
-        }
-        Ok(Output { vectors: self.0.pages(images)? })
     }
 }
 

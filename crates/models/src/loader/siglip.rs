@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
+use super::towers::{Towers, TowersModel};
 use super::{
-    file_bytes, var_builder, ArchConfig, Backend, Compute, DType, ImageText, ImageTextModel, LoadOptions, LoadedModel,
-    ModelInfo, Task,
+    backend_for, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel, ModelInfo,
+    Task,
 };
-use crate::backend::{candle::Candle, cpu::Cpu, Ops};
-use crate::batch::Batch;
+use crate::backend::{candle::Candle, cpu::Cpu};
 use crate::error::{read_json, ModelError};
-use crate::media::image::{ImageProcessor, Pixels};
+use crate::media::image::ImageProcessor;
 use crate::models::siglip::{Siglip, SiglipConfig};
 use crate::pooling::Pooling;
 use crate::tokenizer::{SpecialTokens, TextTokenizer};
@@ -37,7 +37,7 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
-    let model: Box<dyn ImageTextModel> = match if device.is_cpu() { opts.backend } else { Backend::Candle } {
+    let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Siglip::load(Cpu::f32(), vb, &cfg, pad)?),
         Backend::Candle => Box::new(Siglip::load(Candle::new(device.clone()), vb, &cfg, pad)?),
     };
@@ -71,23 +71,6 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         token_outputs: false,
         prompts: Default::default(),
     };
-    Ok(LoadedModel { model: std::sync::Arc::new(ImageText(model)), tokenizer, images: Some(images), audio: None, info })
-}
-
-impl<O: Ops> ImageTextModel for Siglip<O> {
-    fn compute(&self) -> Compute {
-        self.ops().compute()
-    }
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn weight_bytes(&self) -> u64 {
-        Siglip::weight_bytes(self)
-    }
-    fn text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_text(batch)
-    }
-    fn images(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_images(images)
-    }
+    let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
+    Ok(LoadedModel { model, tokenizer, images: Some(images), audio: None, info })
 }

@@ -131,10 +131,6 @@ impl<O: Ops> Clap<O> {
         Flavor::Roberta.max_len(&cfg.text_config)
     }
 
-    pub fn audio_tokens_per_clip(&self) -> usize {
-        self.audio.tokens_per_clip()
-    }
-
     pub fn forward_text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
         self.text.forward(&self.ops, batch)
     }

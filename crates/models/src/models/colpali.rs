@@ -93,17 +93,8 @@ impl<O: Ops> ColPali<O> {
         self.weight_bytes as u64
     }
 
-    pub fn image_size(&self) -> usize {
-        self.vision.image_size()
-    }
-
-    /// The decoder's sequence length for a page: what one image costs in a batch.
-    pub fn tokens_per_image(&self) -> usize {
-        self.vision.tokens_per_image() + self.page_prompt.len()
-    }
-
     /// Token vectors of each query, row-major `[tokens × dim]`.
-    pub fn forward_texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn forward_text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
         let o = &self.ops;
         let mut x = self.text.embed(o, &batch.input_ids)?;
         let positions = positions(&batch.cu_seqlens);

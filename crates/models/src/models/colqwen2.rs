@@ -91,18 +91,8 @@ impl<O: Ops> ColQwen2<O> {
         self.weight_bytes as u64
     }
 
-    /// What image sides must be multiples of.
-    pub fn factor(&self) -> usize {
-        self.vision.factor()
-    }
-
-    /// The page prompt's tokens besides the image's.
-    pub fn prompt_len(&self) -> usize {
-        self.page.before.len() + self.page.after.len()
-    }
-
     /// Token vectors of each query, row-major `[tokens × dim]`.
-    pub fn forward_texts(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn forward_text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
         let o = &self.ops;
         let mut x = self.text.embed(o, &batch.input_ids)?;
         self.text.forward(o, &mut x, &o.seqs(&batch.cu_seqlens)?, &positions(&batch.cu_seqlens))?;
