@@ -30,11 +30,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def strict(cfg):
+    return json.dumps(strict_dict(cfg), indent=2, sort_keys=True, default=str)
+
+
+def strict_dict(cfg):
     d, defaults, out = cfg.to_dict(), cfg.__class__().to_dict(), {}
     for k, v in d.items():
         sub = getattr(cfg, k, None)
         if isinstance(sub, BaseConfig):
-            out[k] = strict(sub)
+            out[k] = strict_dict(sub)
         elif k == "model_type" or (k == "architectures" and v is not None):
             out[k] = v
         elif k.startswith("_") or k == "transformers_version":
@@ -43,7 +47,7 @@ def strict(cfg):
             v, sort_keys=True, default=str
         ):
             out[k] = v
-    return json.dumps(out, indent=2, sort_keys=True, default=str)
+    return out
 
 
 def main():

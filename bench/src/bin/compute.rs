@@ -34,6 +34,12 @@ struct Args {
     /// Only the real-sentence run (for profiling it).
     #[arg(long)]
     corpus_only: bool,
+    /// `--pooling-method` for the model (`splade` serves a masked LM as a sparse encoder).
+    #[arg(long, default_value = "auto")]
+    pooling: aleph_models::PoolingChoice,
+    /// Skip the accuracy section (random-weight models have nothing to score).
+    #[arg(long)]
+    no_accuracy: bool,
     /// Only these forward-pass shapes, as batch×tokens (e.g. `--shape 32x256`); all when absent.
     #[arg(long, value_parser = parse_shape)]
     shape: Vec<(usize, usize)>,
@@ -61,10 +67,14 @@ fn time(budget: f64, mut f: impl FnMut()) -> f64 {
     runs[runs.len() / 2]
 }
 
+/// The geometry, under BERT's names or DistilBERT's.
 #[derive(serde::Deserialize)]
 struct Cfg {
+    #[serde(alias = "dim")]
     hidden_size: usize,
+    #[serde(alias = "hidden_dim")]
     intermediate_size: usize,
+    #[serde(alias = "n_layers")]
     num_hidden_layers: usize,
 }
 
@@ -107,7 +117,7 @@ fn main() -> anyhow::Result<()> {
     let models: Vec<(&str, LoadedModel)> = backends
         .iter()
         .map(|(b, dtype, name)| {
-            let opts = LoadOptions { backend: *b, dtype: *dtype, ..Default::default() };
+            let opts = LoadOptions { backend: *b, dtype: *dtype, pooling: args.pooling, ..Default::default() };
             Ok((*name, aleph_models::load(&args.model, &opts)?))
         })
         .collect::<anyhow::Result<_>>()?;
@@ -170,7 +180,7 @@ fn main() -> anyhow::Result<()> {
             println!("| {name} | {:.1} | {:.0} |", sentences.len() as f64 / secs, tokens as f64 / secs);
         }
     }
-    if let Some(corpus) = &args.corpus {
+    if let (Some(corpus), false) = (&args.corpus, args.no_accuracy) {
         accuracy(&models, corpus, &args.model)?;
     }
     Ok(())

@@ -41,6 +41,7 @@ pub fn load_debug() -> LoadedModel {
             audio_input: false,
             audio_cost: 0,
             token_outputs: false,
+            sparse: false,
             prompts: Default::default(),
         },
     }

@@ -7,6 +7,7 @@ use crate::batch::Batch;
 use crate::batch::OutputKind;
 use crate::encoder::TokenStates;
 use crate::pooling::{l2_normalize, pool_sequence, Pooling};
+use crate::st_config::DenseActivation;
 
 /// A dense layer kept in host memory: `w` is `[out, in]`, row-major, as checkpoints store it.
 #[derive(Debug, Clone)]
@@ -18,8 +19,13 @@ pub struct HostLinear {
 
 impl HostLinear {
     pub fn load(vb: VarBuilder, inp: usize, out: usize) -> candle_core::Result<Self> {
+        Self::load_with(vb, inp, out, true)
+    }
+
+    /// `weight` `[out, inp]` and, with `bias`, `bias` `[out]` (else zeros).
+    pub fn load_with(vb: VarBuilder, inp: usize, out: usize, bias: bool) -> candle_core::Result<Self> {
         let w = vb.get((out, inp), "weight")?.flatten_all()?.to_vec1::<f32>()?;
-        let b = vb.get(out, "bias")?.to_vec1::<f32>()?;
+        let b = if bias { vb.get(out, "bias")?.to_vec1::<f32>()? } else { vec![0.0; out] };
         Ok(HostLinear { w, b, inp })
     }
 
@@ -50,12 +56,75 @@ impl HostLinear {
     }
 }
 
+/// A sentence-transformers `Dense` module: `act(linear(x))`, plus `x` (projected by `residual` when the
+/// widths differ) with `use_residual`.
+#[derive(Debug, Clone)]
+pub struct DenseLayer {
+    pub linear: HostLinear,
+    pub act: DenseActivation,
+    pub residual: Option<Residual>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Residual {
+    Identity,
+    Projected(HostLinear),
+}
+
+impl DenseLayer {
+    pub fn apply(&self, x: &[f32]) -> Vec<f32> {
+        let mut y = self.linear.apply(x);
+        y.iter_mut().for_each(|v| *v = self.act.apply(*v));
+        match &self.residual {
+            None => {}
+            Some(Residual::Identity) => y.iter_mut().zip(x).for_each(|(v, x)| *v += x),
+            Some(Residual::Projected(p)) => y.iter_mut().zip(p.apply(x)).for_each(|(v, x)| *v += x),
+        }
+        y
+    }
+}
+
+/// What sentence-transformers does after pooling, in its modules' order.
+#[derive(Debug, Clone)]
+pub enum PostStep {
+    Dense(DenseLayer),
+    Normalize,
+}
+
+/// A layer norm kept in host memory (ModernBERT's classification head).
+#[derive(Debug, Clone)]
+pub struct HostNorm {
+    pub weight: Vec<f32>,
+    pub bias: Option<Vec<f32>>,
+    pub eps: f32,
+}
+
+impl HostNorm {
+    pub fn load(vb: VarBuilder, width: usize, bias: bool, eps: f64) -> candle_core::Result<Self> {
+        let weight = vb.get(width, "weight")?.to_vec1::<f32>()?;
+        let bias = if bias { Some(vb.get(width, "bias")?.to_vec1::<f32>()?) } else { None };
+        Ok(HostNorm { weight, bias, eps: eps as f32 })
+    }
+
+    pub fn apply(&self, x: &mut [f32]) {
+        let n = x.len().max(1) as f32;
+        let mean = x.iter().sum::<f32>() / n;
+        let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+        let inv = 1.0 / (var + self.eps).sqrt();
+        for (j, v) in x.iter_mut().enumerate() {
+            *v = (*v - mean) * inv * self.weight[j] + self.bias.as_ref().map_or(0.0, |b| b[j]);
+        }
+    }
+}
+
 pub enum Head {
-    /// Sentence embedding: pool the tokens, optionally L2-normalize.
-    Pool { pooling: Pooling, normalize: bool },
-    /// Sequence classification from the first token: `out(tanh(dense(h[0])))`. BERT calls `dense` the
-    /// pooler; RoBERTa keeps both inside its classification head. The output is the logits.
-    Classifier { dense: HostLinear, out: HostLinear },
+    /// Sentence embedding: pool the tokens, then the `Dense` / `Normalize` modules (a normalization is
+    /// skipped for [`OutputKind::Unnormalized`]).
+    Pool { pooling: Pooling, post: Vec<PostStep> },
+    /// Sequence classification: `out(norm(act(dense(pool(h)))))`, pooling the first token (BERT calls
+    /// `dense` the pooler; RoBERTa keeps both inside its classification head; DistilBERT's activation is
+    /// ReLU) or, for ModernBERT with `classifier_pooling: mean`, the mean. The output is the logits.
+    Classifier { pooling: Pooling, dense: HostLinear, act: DenseActivation, norm: Option<HostNorm>, out: HostLinear },
     /// Late interaction: every token projected and L2-normalized; the output is the token vectors,
     /// row-major, `len × proj.out_dim()`.
     MultiVector { proj: HostLinear },
@@ -73,11 +142,15 @@ impl Head {
                     return seq.to_vec();
                 }
                 match self {
-                    Head::Pool { pooling, normalize } => {
+                    Head::Pool { pooling, post } => {
                         let mut v = Vec::with_capacity(h);
                         pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut v);
-                        if *normalize && kind != OutputKind::Unnormalized {
-                            l2_normalize(&mut v);
+                        for step in post {
+                            match step {
+                                PostStep::Dense(d) => v = d.apply(&v),
+                                PostStep::Normalize if kind != OutputKind::Unnormalized => l2_normalize(&mut v),
+                                PostStep::Normalize => {}
+                            }
                         }
                         v
                     }
@@ -89,10 +162,14 @@ impl Head {
                             v
                         })
                         .collect(),
-                    Head::Classifier { dense, out } => {
-                        let first = if seq.len() >= h { &seq[..h] } else { &[][..] };
-                        let mut x = dense.apply(first);
-                        x.iter_mut().for_each(|v| *v = v.tanh());
+                    Head::Classifier { pooling, dense, act, norm, out } => {
+                        let mut pooled = Vec::with_capacity(h);
+                        pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut pooled);
+                        let mut x = dense.apply(&pooled);
+                        x.iter_mut().for_each(|v| *v = act.apply(*v));
+                        if let Some(norm) = norm {
+                            norm.apply(&mut x);
+                        }
                         out.apply(&x)
                     }
                 }
@@ -116,7 +193,8 @@ mod tests {
     fn classifier_reads_the_first_token() {
         let ident = HostLinear { w: vec![1.0, 0.0, 0.0, 1.0], b: vec![0.0, 0.0], inp: 2 };
         let sum = HostLinear { w: vec![1.0, 1.0], b: vec![0.0], inp: 2 };
-        let head = Head::Classifier { dense: ident, out: sum };
+        let head =
+            Head::Classifier { pooling: Pooling::Cls, dense: ident, act: DenseActivation::Tanh, norm: None, out: sum };
         let mut b = Batch::new();
         b.push(&[1, 2], &[0, 0]);
         let states = TokenStates { hidden: 2, data: vec![0.5, -0.5, 9.0, 9.0] };

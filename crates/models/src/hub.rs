@@ -74,6 +74,23 @@ pub fn cached_snapshot(cache: &Path, model_id: &str, revision: &str) -> Option<P
     snapshot.join("config.json").is_file().then_some(snapshot)
 }
 
+/// The files of a repository worth fetching: [`wanted`] ones, plus PyTorch pickles (`pytorch_model*.bin`) in a
+/// folder (the top level or a sentence-transformers module) that has no safetensors weights.
+fn select(files: Vec<String>) -> Vec<String> {
+    let folder = |f: &str| f.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+    let with_safetensors: std::collections::BTreeSet<String> =
+        files.iter().filter(|f| f.ends_with(".safetensors")).map(|f| folder(f)).collect();
+    files
+        .into_iter()
+        .filter(|f| {
+            let name = f.rsplit('/').next().unwrap_or(f);
+            let pickle = name.starts_with("pytorch_model") && name.ends_with(".bin");
+            let elsewhere = f.starts_with("onnx/") || f.starts_with("openvino/");
+            wanted(f) || (pickle && !elsewhere && f.split('/').count() <= 2 && !with_safetensors.contains(&folder(f)))
+        })
+        .collect()
+}
+
 /// Files worth fetching: configs, tokenizers and safetensors weights; not pickles, ONNX or docs.
 fn wanted(file: &str) -> bool {
     let name = file.rsplit('/').next().unwrap_or(file);
@@ -100,7 +117,7 @@ fn download(model_id: &str, revision: &str, cache: &Path, progress: bool) -> Res
     let api = builder.build().map_err(|e| err(e.to_string()))?;
     let repo = api.repo(Repo::with_revision(model_id.to_string(), RepoType::Model, revision.to_string()));
     let info = repo.info().map_err(|e| err(format!("listing the repository: {e}")))?;
-    let files: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).filter(|f| wanted(f)).collect();
+    let files = select(info.siblings.into_iter().map(|s| s.rfilename).collect());
     if !files.iter().any(|f| f == "config.json") {
         return Err(err("the repository has no config.json".into()));
     }
@@ -128,6 +145,27 @@ mod tests {
         assert!(!wanted("onnx/model.onnx"));
         assert!(!wanted("onnx/config.json"));
         assert!(!wanted("README.md"));
+    }
+
+    #[test]
+    fn pickles_only_where_a_folder_has_no_safetensors() {
+        let files = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let picked = select(files(&[
+            "config.json",
+            "model.safetensors",
+            "pytorch_model.bin",
+            "2_Dense/config.json",
+            "2_Dense/pytorch_model.bin",
+            "onnx/pytorch_model.bin",
+            "README.md",
+        ]));
+        assert_eq!(
+            picked,
+            files(&["config.json", "model.safetensors", "2_Dense/config.json", "2_Dense/pytorch_model.bin"])
+        );
+        let picked =
+            select(files(&["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"]));
+        assert_eq!(picked, files(&["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"]));
     }
 
     #[test]

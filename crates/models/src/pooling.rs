@@ -8,6 +8,27 @@ pub enum Pooling {
     Mean,
     Cls,
     LastToken,
+    /// The largest value of each dimension over the tokens.
+    Max,
+    /// The sum over tokens divided by the square root of their number.
+    MeanSqrtLen,
+    /// Token `t` (from 0) weighted by `t + 1`.
+    WeightedMean,
+}
+
+impl Pooling {
+    /// A sentence-transformers `pooling_mode` name.
+    pub fn from_st_mode(mode: &str) -> Option<Self> {
+        match mode {
+            "mean" => Some(Pooling::Mean),
+            "cls" => Some(Pooling::Cls),
+            "lasttoken" => Some(Pooling::LastToken),
+            "max" => Some(Pooling::Max),
+            "mean_sqrt_len_tokens" => Some(Pooling::MeanSqrtLen),
+            "weightedmean" => Some(Pooling::WeightedMean),
+            _ => None,
+        }
+    }
 }
 
 /// The `--pooling-method` choice: `auto` follows the model's sentence-transformers files.
@@ -16,6 +37,9 @@ pub enum PoolingChoice {
     #[default]
     Auto,
     Fixed(Pooling),
+    /// SPLADE over a masked-LM's logits (max of `log(1 + relu)`), for `*ForMaskedLM` checkpoints
+    /// without sentence-transformers files (TEI's `--pooling splade`).
+    Splade,
 }
 
 impl FromStr for PoolingChoice {
@@ -27,7 +51,11 @@ impl FromStr for PoolingChoice {
             "mean" => Ok(PoolingChoice::Fixed(Pooling::Mean)),
             "cls" => Ok(PoolingChoice::Fixed(Pooling::Cls)),
             "last-token" | "lasttoken" => Ok(PoolingChoice::Fixed(Pooling::LastToken)),
-            other => Err(format!("unknown pooling method `{other}` (expected auto, mean, cls or last-token)")),
+            "max" => Ok(PoolingChoice::Fixed(Pooling::Max)),
+            "splade" => Ok(PoolingChoice::Splade),
+            other => {
+                Err(format!("unknown pooling method `{other}` (expected auto, mean, cls, last-token, max or splade)"))
+            }
         }
     }
 }
@@ -42,15 +70,30 @@ pub fn pool_sequence(pooling: Pooling, states: &[f32], len: usize, hidden: usize
     match pooling {
         Pooling::Cls => out.extend_from_slice(&states[..hidden]),
         Pooling::LastToken => out.extend_from_slice(&states[(len - 1) * hidden..len * hidden]),
-        Pooling::Mean => {
+        Pooling::Mean | Pooling::MeanSqrtLen | Pooling::WeightedMean => {
             out.resize(hidden, 0.0);
-            for row in states[..len * hidden].chunks_exact(hidden) {
+            let weighted = pooling == Pooling::WeightedMean;
+            for (t, row) in states[..len * hidden].chunks_exact(hidden).enumerate() {
+                let w = if weighted { (t + 1) as f32 } else { 1.0 };
                 for (o, v) in out.iter_mut().zip(row) {
-                    *o += v;
+                    *o += w * v;
                 }
             }
-            let inv = 1.0 / len as f32;
+            let total = match pooling {
+                Pooling::MeanSqrtLen => (len as f32).sqrt(),
+                Pooling::WeightedMean => (len * (len + 1) / 2) as f32,
+                _ => len as f32,
+            };
+            let inv = 1.0 / total;
             out.iter_mut().for_each(|v| *v *= inv);
+        }
+        Pooling::Max => {
+            out.extend_from_slice(&states[..hidden]);
+            for row in states[hidden..len * hidden].chunks_exact(hidden) {
+                for (o, v) in out.iter_mut().zip(row) {
+                    *o = o.max(*v);
+                }
+            }
         }
     }
 }
@@ -91,6 +134,23 @@ mod tests {
     fn parses_choices() {
         assert_eq!("auto".parse::<PoolingChoice>().unwrap(), PoolingChoice::Auto);
         assert_eq!("last-token".parse::<PoolingChoice>().unwrap(), PoolingChoice::Fixed(Pooling::LastToken));
-        assert!("max".parse::<PoolingChoice>().is_err());
+        assert_eq!("max".parse::<PoolingChoice>().unwrap(), PoolingChoice::Fixed(Pooling::Max));
+        assert_eq!("splade".parse::<PoolingChoice>().unwrap(), PoolingChoice::Splade);
+        assert!("sum".parse::<PoolingChoice>().is_err());
+    }
+
+    #[test]
+    fn pools_max_sqrt_len_weighted() {
+        let states = [1.0, 6.0, 3.0, 4.0, 5.0, 2.0];
+        let mut out = Vec::new();
+        pool_sequence(Pooling::Max, &states, 3, 2, &mut out);
+        assert_eq!(out, vec![5.0, 6.0]);
+        pool_sequence(Pooling::MeanSqrtLen, &states, 2, 2, &mut out);
+        let r = 2f32.sqrt();
+        assert_eq!(out, vec![4.0 / r, 10.0 / r]);
+        // Weights 1, 2, 3 over 6.
+        pool_sequence(Pooling::WeightedMean, &states, 3, 2, &mut out);
+        let want = [(1.0 + 6.0 + 15.0) / 6.0, (6.0 + 8.0 + 6.0) / 6.0];
+        assert!(out.iter().zip(want).all(|(o, w)| (o - w).abs() < 1e-6), "{out:?}");
     }
 }

@@ -157,7 +157,8 @@ pub struct ServeArgs {
     #[arg(long, hide = true, action = ArgAction::Count)]
     pub no_onnx_do_not_prefer_quantized: u8,
 
-    /// Pooling: auto (from the model's sentence-transformers files), mean, cls or last-token.
+    /// Pooling: auto (from the model's sentence-transformers files), mean, cls, last-token, max, or splade (a
+    /// masked-LM checkpoint as a sparse encoder).
     #[arg(long, env = "ALEPH_POOLING_METHOD", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub pooling_method: Vec<String>,
 
@@ -652,7 +653,7 @@ mod tests {
         for args in [
             &["aleph", "--dtype", "fp8"][..],
             &["aleph", "--embedding-dtype", "int4"],
-            &["aleph", "--pooling-method", "max"],
+            &["aleph", "--pooling-method", "sum"],
             &["aleph", "--device", "mps"],
             &["aleph", "--engine", "neuron"],
             &["aleph", "--device-id", "0,0"],

@@ -220,8 +220,11 @@ fn start_up_errors_name_the_problem() {
     assert!(e.contains("--served-model-name"), "{e}");
     let e = err(&["--model-id", "/no/such/model/dir"]);
     assert!(e.contains("/no/such/model/dir"), "{e}");
-    let e = err(&["--model-id", &m, "--pooling-method", "max"]);
+    let e = err(&["--model-id", &m, "--pooling-method", "sum"]);
     assert!(e.contains("pooling"), "{e}");
+    // SPLADE reads a masked-LM head, which a sentence-transformers BertModel does not have.
+    let e = err(&["--model-id", &m, "--pooling-method", "splade"]);
+    assert!(e.contains("masked-LM head"), "{e}");
     assert!(!e.contains("panicked"), "{e}");
 }
 

@@ -27,10 +27,24 @@ const FILES: &[&str] = &[
     "README.md",
 ];
 
+/// A repository that ships only PyTorch pickles, in shards (tests/fixtures/tiny/distilbert-classify).
+const PICKLED: &str = "aleph-test/distilbert-classify";
+
 #[derive(Clone)]
 struct Hub {
     dir: PathBuf,
+    pickled: PathBuf,
     log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Hub {
+    fn dir(&self, org: &str, name: &str) -> &PathBuf {
+        if format!("{org}/{name}") == PICKLED {
+            &self.pickled
+        } else {
+            &self.dir
+        }
+    }
 }
 
 async fn info(
@@ -39,6 +53,11 @@ async fn info(
     headers: HeaderMap,
 ) -> Response {
     hub.log.lock().unwrap().push(format!("info {org}/{name}@{rev} auth={:?}", headers.get(header::AUTHORIZATION)));
+    if format!("{org}/{name}") == PICKLED {
+        let files = std::fs::read_dir(&hub.pickled).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap());
+        let siblings: Vec<_> = files.map(|f| json!({"rfilename": f})).collect();
+        return Json(json!({"sha": SHA, "siblings": siblings})).into_response();
+    }
     if org != "sentence-transformers" || name != "all-MiniLM-L6-v2" {
         return (StatusCode::NOT_FOUND, "Repository not found").into_response();
     }
@@ -54,7 +73,7 @@ async fn resolve(
     headers: HeaderMap,
 ) -> Response {
     hub.log.lock().unwrap().push(format!("get {org}/{name}/{file}"));
-    let Ok(bytes) = std::fs::read(hub.dir.join(&file)) else {
+    let Ok(bytes) = std::fs::read(hub.dir(&org, &name).join(&file)) else {
         return (StatusCode::NOT_FOUND, "Entry not found").into_response();
     };
     let size = bytes.len();
@@ -74,7 +93,8 @@ async fn resolve(
 
 /// Starts the fake hub on a background thread; returns its URL and request log.
 fn start_hub() -> (String, Arc<Mutex<Vec<String>>>) {
-    let hub = Hub { dir: common::minilm_dir(), log: Arc::new(Mutex::new(Vec::new())) };
+    let pickled = common::repo_root().join("tests/fixtures/tiny/distilbert-classify");
+    let hub = Hub { dir: common::minilm_dir(), pickled, log: Arc::new(Mutex::new(Vec::new())) };
     let log = hub.log.clone();
     let app = Router::new()
         .route("/api/models/{org}/{name}/revision/{rev}", get(info))
@@ -136,5 +156,26 @@ fn downloads_from_the_hub_then_serves_from_the_cache_offline() {
     let elsewhere = [("HF_HOME", "/nonexistent"), ("HF_HUB_CACHE", cache.as_str()), ("HF_HUB_OFFLINE", "1")];
     let s = Server::start_with_env(&["--model-id", id, "--no-model-warmup"], &elsewhere);
     drop(s);
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
+fn a_repository_of_pickles_downloads_and_serves() {
+    let (endpoint, log) = start_hub();
+    let home = std::env::temp_dir().join(format!("aleph-hf-pickles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let home_s = home.to_string_lossy().into_owned();
+    let env = [("HF_HOME", home_s.as_str()), ("HF_ENDPOINT", endpoint.as_str())];
+    let s = Server::start_with_env(&["--model-id", PICKLED, "--no-model-warmup"], &env);
+    let reply = s.post_json("/classify", &json!({"input": ["I love this movie"]}));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["data"][0].as_array().unwrap().len(), 3);
+    drop(s);
+    let requests = log.lock().unwrap().clone();
+    for shard in
+        ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin", "pytorch_model.bin.index.json"]
+    {
+        assert!(requests.iter().any(|r| r.ends_with(shard)), "{shard} fetched: {requests:?}");
+    }
     std::fs::remove_dir_all(&home).unwrap();
 }

@@ -3,7 +3,6 @@
 //! rectangle with a key mask, and gathers the real rows back.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
 
 use candle_core::{DType, Device, Tensor};
 
@@ -31,6 +30,9 @@ pub struct Linear {
     bias: Option<Tensor>,
 }
 
+/// What a mask depends on: (causal, window).
+type MaskKey = (bool, Option<usize>);
+
 /// A batch's layout for padded attention.
 pub struct Seqs {
     batch: usize,
@@ -41,8 +43,34 @@ pub struct Seqs {
     scatter: Tensor,
     /// `[batch, 1, 1, len]`: 0 for real keys, a huge negative for padding.
     key_mask: Tensor,
-    /// `[len, len]`: 0 where a query may see a key causally, a huge negative elsewhere; built when first needed.
-    causal_mask: OnceLock<Tensor>,
+    /// `[len, len]`: 0 where a query may see a key (causally, or within a window), a huge negative
+    /// elsewhere; built when first needed, per (causal, window).
+    masks: std::sync::Mutex<Vec<(MaskKey, Tensor)>>,
+}
+
+impl Seqs {
+    /// The `[len, len]` mask of what each query may see under `spec` (causal, windowed), cached.
+    fn mask(&self, spec: &AttentionSpec, device: &Device) -> candle_core::Result<Tensor> {
+        let key = (spec.causal, spec.window);
+        let mut masks = self.masks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, m)) = masks.iter().find(|(k, _)| *k == key) {
+            return Ok(m.clone());
+        }
+        let l = self.len;
+        let m: Vec<f32> = (0..l * l)
+            .map(|e| {
+                let (lo, hi) = spec.visible(e / l, l);
+                if (lo..hi).contains(&(e % l)) {
+                    0.0
+                } else {
+                    f32::MIN
+                }
+            })
+            .collect();
+        let m = Tensor::from_vec(m, (l, l), device)?;
+        masks.push((key, m.clone()));
+        Ok(m)
+    }
 }
 
 impl Activation {
@@ -144,7 +172,7 @@ impl Ops for Candle {
                 gather: Tensor::from_vec(gather, batch * len, dev)?,
                 scatter: Tensor::from_vec(scatter, scatter_len, dev)?,
                 key_mask: Tensor::from_vec(key_mask, (batch, 1, 1, len), dev)?,
-                causal_mask: OnceLock::new(),
+                masks: Default::default(),
             })
         })()
         .map_err(forward_err)
@@ -314,16 +342,8 @@ impl Ops for Candle {
             if let Some(r) = &relative {
                 scores = scores.broadcast_add(r)?;
             }
-            if spec.causal {
-                let mask = match seqs.causal_mask.get() {
-                    Some(m) => m.clone(),
-                    None => {
-                        let m: Vec<f32> = (0..l * l).map(|e| if e % l <= e / l { 0.0 } else { f32::MIN }).collect();
-                        let m = Tensor::from_vec(m, (l, l), &self.device)?;
-                        seqs.causal_mask.get_or_init(|| m).clone()
-                    }
-                };
-                scores = scores.broadcast_add(&mask)?;
+            if spec.causal || spec.window.is_some() {
+                scores = scores.broadcast_add(&seqs.mask(spec, &self.device)?)?;
             }
             let probs = candle_nn::ops::softmax_last_dim(&scores)?;
             let ctx = probs.matmul(&v.contiguous()?)?.transpose(1, 2)?.reshape((b * l, spec.out_width()))?;

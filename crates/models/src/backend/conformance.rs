@@ -130,9 +130,13 @@ fn naive_biased(qkv: &[f32], cu: &[usize], spec: &AttentionSpec, rel: Option<(&[
             let kv = head / group;
             let at = |t: usize, col: usize| qkv[(r0 + t) * ld + col] as f64;
             for i in 0..n {
-                let seen = if spec.causal { i + 1 } else { n };
-                let scores: Vec<f64> = (0..seen)
-                    .map(|j| {
+                // Visible keys, written out from the spec's meaning rather than its helper.
+                let visible: Vec<usize> = (0..n)
+                    .filter(|&j| !(spec.causal && j > i) && spec.window.is_none_or(|w| i.abs_diff(j) <= w))
+                    .collect();
+                let scores: Vec<f64> = visible
+                    .iter()
+                    .map(|&j| {
                         let dot: f64 = (0..hd).map(|d| at(i, head * hd + d) * at(j, (spec.heads + kv) * hd + d)).sum();
                         let bias = rel.map_or(0.0, |(t, span)| t[head * (2 * span - 1) + j + span - 1 - i] as f64);
                         dot * spec.scale as f64 + bias
@@ -144,8 +148,8 @@ fn naive_biased(qkv: &[f32], cu: &[usize], spec: &AttentionSpec, rel: Option<(&[
                 for d in 0..hd {
                     let v: f64 = exps
                         .iter()
-                        .enumerate()
-                        .map(|(j, e)| e / total * at(j, (spec.heads + spec.kv_heads + kv) * hd + d))
+                        .zip(&visible)
+                        .map(|(e, &j)| e / total * at(j, (spec.heads + spec.kv_heads + kv) * hd + d))
                         .sum();
                     out[(r0 + i) * spec.out_width() + head * hd + d] = v;
                 }
@@ -161,8 +165,12 @@ fn attention<O: Ops>(o: &O, name: &str) {
         AttentionSpec::new(8, 2, false),
         AttentionSpec::new(8, 2, true),
         // Grouped-query: four query heads over two key/value heads, a scale that is not 1/√d.
-        AttentionSpec { heads: 4, kv_heads: 2, head_dim: 3, scale: 0.3, causal: true },
-        AttentionSpec { heads: 4, kv_heads: 1, head_dim: 2, scale: 0.7, causal: false },
+        AttentionSpec { heads: 4, kv_heads: 2, head_dim: 3, scale: 0.3, causal: true, window: None },
+        AttentionSpec { heads: 4, kv_heads: 1, head_dim: 2, scale: 0.7, causal: false, window: None },
+        // Local windows (ModernBERT): narrower than some sequences, wider than others; and behind the token.
+        AttentionSpec::new(8, 2, false).windowed(Some(1)),
+        AttentionSpec::new(8, 2, false).windowed(Some(3)),
+        AttentionSpec { heads: 4, kv_heads: 2, head_dim: 3, scale: 0.3, causal: true, window: Some(2) },
     ];
     let seqs = o.seqs(&cu).unwrap();
     for spec in specs {
@@ -182,6 +190,11 @@ fn attention<O: Ops>(o: &O, name: &str) {
     o.attention(&x, &seqs, &spec, Some(RelativeBias { table: &table, span }), &mut y).unwrap();
     let want = naive_biased(&qkv, &cu, &spec, Some((&table, span)));
     close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} relative bias"));
+    // The same bias within a window.
+    let windowed = spec.windowed(Some(2));
+    o.attention(&x, &seqs, &windowed, Some(RelativeBias { table: &table, span }), &mut y).unwrap();
+    let want = naive_biased(&qkv, &cu, &windowed, Some((&table, span)));
+    close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} relative bias in a window"));
     let short = RelativeBias { table: &table[..table.len() - 1], span };
     assert!(o.attention(&x, &seqs, &spec, Some(short), &mut y).is_err(), "{name}: a short bias table is an error");
     let wrong = o.upload(9, 5, values(45, 0)).unwrap();
@@ -241,7 +254,7 @@ fn rms_glu_and_rows<O: Ops>(o: &O, name: &str) {
 /// Rotary positions, then grouped-query causal attention: what a decoder layer runs.
 fn rotary_attention<O: Ops>(o: &O, name: &str) {
     let cu = [0usize, 4, 7];
-    let spec = AttentionSpec { heads: 4, kv_heads: 2, head_dim: 4, scale: 0.5, causal: true };
+    let spec = AttentionSpec { heads: 4, kv_heads: 2, head_dim: 4, scale: 0.5, causal: true, window: None };
     let (rows, half) = (7, 2);
     let qkv = values(rows * spec.qkv_width(), 14);
     let ang: Vec<f32> = (0..rows * half).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
@@ -272,8 +285,8 @@ fn rotary_attention<O: Ops>(o: &O, name: &str) {
 fn pooled<O: Ops>(o: &O, name: &str) {
     let cu = [0usize, 3, 8];
     for spec in [
-        AttentionSpec { heads: 2, kv_heads: 2, head_dim: 3, scale: 0.6, causal: false },
-        AttentionSpec { heads: 4, kv_heads: 2, head_dim: 2, scale: 1.0, causal: false },
+        AttentionSpec { heads: 2, kv_heads: 2, head_dim: 3, scale: 0.6, causal: false, window: None },
+        AttentionSpec { heads: 4, kv_heads: 2, head_dim: 2, scale: 1.0, causal: false, window: None },
     ] {
         let (qw, kvw) = (spec.heads * spec.head_dim, 2 * spec.kv_heads * spec.head_dim);
         let (q, kv) = (values(2 * qw, 15), values(8 * kvw, 16));
@@ -297,7 +310,7 @@ fn pooled<O: Ops>(o: &O, name: &str) {
 /// Windows of `n` rows with a per-head bias and, optionally, shift groups.
 fn windows<O: Ops>(o: &O, name: &str) {
     let (n, w) = (4usize, 3usize);
-    let spec = AttentionSpec { heads: 2, kv_heads: 2, head_dim: 3, scale: 0.8, causal: false };
+    let spec = AttentionSpec { heads: 2, kv_heads: 2, head_dim: 3, scale: 0.8, causal: false, window: None };
     let qkv = values(n * w * spec.qkv_width(), 17);
     let bias = values(spec.heads * n * n, 18);
     let groups: Vec<u32> = (0..n * w).map(|r| (r % 3 == 0) as u32).collect();

@@ -93,13 +93,30 @@ pub struct AttentionSpec {
     pub scale: f32,
     /// Token `i` attends to tokens `0..=i` of its sequence only.
     pub causal: bool,
+    /// Token `i` attends only to tokens `j` with `|i − j| ≤ window` (ModernBERT's local layers; with
+    /// `causal`, a window behind the token).
+    pub window: Option<usize>,
 }
 
 impl AttentionSpec {
     /// Plain multi-head self-attention of `heads` heads over `hidden` columns.
     pub fn new(hidden: usize, heads: usize, causal: bool) -> Self {
         let head_dim = hidden / heads.max(1);
-        AttentionSpec { heads, kv_heads: heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt(), causal }
+        AttentionSpec { heads, kv_heads: heads, head_dim, scale: 1.0 / (head_dim as f32).sqrt(), causal, window: None }
+    }
+
+    /// The same attention within `window` tokens either side.
+    pub fn windowed(self, window: Option<usize>) -> Self {
+        AttentionSpec { window, ..self }
+    }
+
+    /// The keys `lo..hi` query `i` of an `n`-token sequence sees.
+    pub fn visible(&self, i: usize, n: usize) -> (usize, usize) {
+        let hi = if self.causal { i + 1 } else { n };
+        match self.window {
+            Some(w) => (i.saturating_sub(w), hi.min(i + w + 1)),
+            None => (0, hi),
+        }
     }
 
     /// Width of the fused query/key/value input.

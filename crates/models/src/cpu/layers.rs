@@ -139,7 +139,7 @@ pub(crate) fn attention(
     spec: &AttentionSpec,
     bias: Option<RelativeBias<'_>>,
 ) {
-    let AttentionSpec { heads, kv_heads, head_dim: hd, scale, causal } = *spec;
+    let AttentionSpec { heads, kv_heads, head_dim: hd, scale, .. } = *spec;
     let (ld, width) = (spec.qkv_width(), spec.out_width());
     let group = heads / kv_heads.max(1);
     let tokens = cu_seqlens.last().copied().unwrap_or(0);
@@ -161,17 +161,19 @@ pub(crate) fn attention(
             scores.resize(n * n, 0.0);
             gemm(q, keys, scores, n, Epilogue::None, false);
             for (i, row) in scores.chunks_mut(n).enumerate() {
-                let seen = if causal { i + 1 } else { n };
+                let (lo, hi) = spec.visible(i, n);
+                let seen = &mut row[lo..hi];
                 match bias {
-                    None => ops::softmax(isa, &mut row[..seen], scale),
+                    None => ops::softmax(isa, seen, scale),
                     Some(RelativeBias { table, span }) => {
-                        // Offsets j − i of this row start at −i: column span − 1 − i of the head's table.
-                        let t = &table[head * (2 * span - 1) + span - 1 - i..][..seen];
-                        row[..seen].iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
-                        ops::softmax(isa, &mut row[..seen], 1.0);
+                        // Offset j − i of column j is at column j − i + span − 1 of the head's table.
+                        let t = &table[head * (2 * span - 1) + span - 1 + lo - i..][..hi - lo];
+                        seen.iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
+                        ops::softmax(isa, seen, 1.0);
                     }
                 }
-                row[seen..].fill(0.0);
+                row[..lo].fill(0.0);
+                row[hi..].fill(0.0);
             }
             values.repack(n, hd, &qkv[row0 + (heads + kv_heads + kv) * hd..], ld, 1);
             let p = MatRef { data: scores, rows: n, cols: n, ld: n };

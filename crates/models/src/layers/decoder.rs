@@ -34,6 +34,7 @@ impl DecoderSpec {
             head_dim: self.head_dim,
             scale: 1.0 / (self.head_dim as f32).sqrt(),
             causal: self.causal,
+            window: None,
         }
     }
 

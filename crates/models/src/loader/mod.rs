@@ -1,11 +1,13 @@
 //! From a model folder to a runnable model: config dispatch, weights, tokenizer, pooling.
 
+mod checkpoint;
 mod colpali;
 mod colqwen2;
 mod siglip;
+mod text;
 mod towers;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 use candle_nn::VarBuilder;
@@ -16,18 +18,16 @@ use crate::backend::record::Recording;
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
-use crate::encoder::Encoder;
-use crate::error::{read_json, weights, ModelError};
-use crate::heads::{Head, HostLinear};
+use crate::error::{read_json, ModelError};
 use crate::layers::Weights;
 use crate::media::audio::{AudioFeatures, AudioLimits, AudioProcessor};
 use crate::media::image::{ImageLimits, ImageProcessor, Pixels};
-use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, BertEncoder, Flavor};
+use crate::models::bert::Flavor;
 use crate::models::clap::{Clap, ClapConfig};
 use crate::models::clip::{Clip, ClipConfig};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
-use crate::st_config::SentenceTransformerConfig;
 use crate::tokenizer::TextTokenizer;
+pub use checkpoint::Checkpoint;
 use towers::{Towers, TowersModel};
 
 /// Runs one batch. Implementations own their weights; the engine calls them from one thread.
@@ -79,6 +79,8 @@ pub struct ModelInfo {
     /// Whether the model honours every [`crate::OutputKind`] (unnormalized pooling, per-token states);
     /// models without it return their one output.
     pub token_outputs: bool,
+    /// A sparse encoder (SPLADE): each output is one weight per vocabulary entry, mostly zero.
+    pub sparse: bool,
     /// Named prompts from `config_sentence_transformers.json` (TEI's `prompt_name`, Cohere's `input_type`).
     pub prompts: crate::st_config::Prompts,
 }
@@ -98,6 +100,9 @@ impl ModelInfo {
         }
         if self.audio_input {
             caps.push("audio_embed");
+        }
+        if self.sparse {
+            caps.push("sparse");
         }
         caps
     }
@@ -275,12 +280,13 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
         "colpali" => return colpali::load_colpali(dir, &arch, opts),
         "colqwen2" => return colqwen2::load_colqwen2(dir, &arch, opts),
         "siglip" => return siglip::load_siglip(dir, &arch, opts),
+        "modernbert" => return text::load_modernbert(dir, &arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
-        Some(flavor) => load_bert_family(dir, &arch, flavor, opts),
+        Some(flavor) => text::load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, clip, clap, colpali, colqwen2, siglip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, modernbert, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
         ))),
     }
@@ -309,107 +315,19 @@ pub fn check_remote_code(arch: &ArchConfig, trust: bool) -> Result<(), ModelErro
     )))
 }
 
-fn load_bert_family(
-    dir: &Path,
-    arch: &ArchConfig,
-    flavor: Flavor,
-    opts: &LoadOptions,
-) -> Result<LoadedModel, ModelError> {
-    let class = BertClass::from_model_type(&arch.model_type).ok_or_else(|| {
-        ModelError::Unsupported(format!("model_type `{}` is not a BERT-family encoder", arch.model_type))
-    })?;
-    let cfg: BertConfig = read_json::<BertConfigFile>(&dir.join("config.json"))?.resolve(class);
-    let st = SentenceTransformerConfig::read(dir)?;
-    let model_max = flavor.max_len(&cfg);
-    let window = st.max_seq_length.unwrap_or(model_max).min(model_max);
-    let task = arch.task();
-    let pooling = match opts.pooling {
-        PoolingChoice::Fixed(p) => p,
-        // A plain transformers folder has no pooling module: sentence-transformers then uses mean.
-        PoolingChoice::Auto => st.pooling.unwrap_or(Pooling::Mean),
-    };
-    let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
-    let device = opts.device.candle()?;
-    let vb = var_builder(dir, &device)?;
-    let backend_choice = backend_for(opts, &device);
-    let (encoder, backend): (Box<dyn Encoder>, Compute) = match backend_choice {
-        Backend::Auto => {
-            (load_bert_cpu(vb.clone(), &cfg, flavor, opts.dtype == DType::Int8, &tokenizer)?, Compute::AlephCpu)
-        }
-        Backend::Candle if opts.dtype == DType::Int8 => {
-            return Err(ModelError::InvalidOption(
-                "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
-            ))
-        }
-        Backend::Candle => {
-            (Box::new(BertEncoder::load(Candle::new(device.clone()), vb.clone(), &cfg, flavor)?), Compute::Candle)
-        }
-    };
-    let h = cfg.hidden_size;
-    let (head, dim) = match &task {
-        Task::Embed => (Head::Pool { pooling, normalize: st.normalize }, h),
-        Task::MultiVector => {
-            let proj = HostLinear::load_no_bias(vb.pp("linear"), h).map_err(|e| ModelError::Weights(e.to_string()))?;
-            let dim = proj.out_dim();
-            (Head::MultiVector { proj }, dim)
-        }
-        Task::Rerank | Task::Classify { .. } => {
-            let labels = if let Task::Classify { labels, .. } = &task { labels.len() } else { 1 };
-            let (dense, out) = match flavor {
-                Flavor::Bert => (bert::root(vb.clone()).pp("pooler").pp("dense"), vb.pp("classifier")),
-                Flavor::Roberta => (vb.pp("classifier").pp("dense"), vb.pp("classifier").pp("out_proj")),
-            };
-            let head = Head::Classifier {
-                dense: HostLinear::load(dense, h, h).map_err(weights)?,
-                out: HostLinear::load(out, h, labels).map_err(weights)?,
-            };
-            (head, labels)
-        }
-    };
-    let info = ModelInfo {
-        task,
-        backend,
-        architecture: arch.architectures.first().cloned().unwrap_or_else(|| arch.model_type.clone()),
-        dim,
-        window,
-        // Aleph's CPU path packs sequences end to end; candle's pads them to the longest.
-        pads: backend.pads(),
-        pooling,
-        normalize: st.normalize,
-        weight_bytes: if backend == Compute::Candle { file_bytes(dir)? } else { encoder.weight_bytes() },
-        image_input: false,
-        image_cost: 0,
-        image_pixels_per_token: 0,
-        audio_input: false,
-        audio_cost: 0,
-        // The head sees every token's state: it can skip normalization or return the states themselves.
-        token_outputs: true,
-        prompts: st.prompts.clone(),
-    };
-    let model = EncoderModel { encoder, head };
-    Ok(LoadedModel { model: std::sync::Arc::new(model), tokenizer, images: None, audio: None, info })
-}
-
-/// A BERT-family encoder on Aleph's CPU kernels: f32, or int8 (smoothed unless turned off).
-fn load_bert_cpu(
-    vb: VarBuilder<'static>,
-    cfg: &BertConfig,
-    flavor: Flavor,
-    int8: bool,
+/// int8 smoothing statistics for a text model from the shipped calibration corpus (none when
+/// `ALEPH_INT8_SMOOTHING=off`).
+fn calibrate<M>(
+    load: impl FnOnce(&Weights<'_, Recording<Cpu>>) -> Result<M, ModelError>,
+    run: impl Fn(&M, &Recording<Cpu>, &Batch) -> Result<(), ModelError>,
     tokenizer: &TextTokenizer,
-) -> Result<Box<dyn Encoder>, ModelError> {
-    if !int8 {
-        return Ok(Box::new(BertEncoder::load(Cpu::f32(), vb, cfg, flavor)?));
-    }
+    vb: VarBuilder<'static>,
+) -> Result<std::collections::HashMap<String, Vec<f32>>, ModelError> {
     tracing::info!("int8 linear layers ({} kernel)", crate::cpu::qgemm::kernel_name());
-    let smoothing = if smoothing_enabled() {
-        let batches = calibration_batches(tokenizer)?;
-        let load = |w: &Weights<'_, Recording<Cpu>>| Bert::load(w, cfg, flavor);
-        smoothing_stats(load, |m, o, b| m.forward(o, b).map(drop), &batches, bert::root(vb.clone()))?
-    } else {
-        Default::default()
-    };
-    Ok(Box::new(BertEncoder::load(Cpu::int8(smoothing), vb, cfg, flavor)?))
+    if !smoothing_enabled() {
+        return Ok(Default::default());
+    }
+    smoothing_stats(load, run, &calibration_batches(tokenizer)?, vb)
 }
 
 /// SmoothQuant's calibration for any family: loads it in f32 on a [`Recording`] backend, runs the
@@ -452,7 +370,7 @@ fn calibration_batches(tokenizer: &TextTokenizer) -> Result<Vec<Batch>, ModelErr
 
 /// candle maps the files and pages weights in as they are used: the files' size is what it holds.
 fn file_bytes(dir: &Path) -> Result<u64, ModelError> {
-    Ok(safetensors_files(dir)?.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum())
+    Ok(Checkpoint::find(dir)?.bytes())
 }
 
 /// CLIP: text and images into one space, both L2-normalized as Infinity returns them.
@@ -497,6 +415,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         audio_input: false,
         audio_cost: 0,
         token_outputs: false,
+        sparse: false,
         prompts: Default::default(),
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
@@ -546,6 +465,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         audio_input: true,
         audio_cost,
         token_outputs: false,
+        sparse: false,
         prompts: Default::default(),
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
@@ -576,6 +496,7 @@ fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes
         audio_input: false,
         audio_cost: 0,
         token_outputs: false,
+        sparse: false,
         prompts: Default::default(),
     }
 }
@@ -589,49 +510,7 @@ fn backend_for(opts: &LoadOptions, device: &candle_core::Device) -> Backend {
     }
 }
 
-/// Memory-maps the folder's safetensors: `model.safetensors`, or the shards an index names.
+/// The folder's weights as f32 on `device` (see [`Checkpoint`]).
 fn var_builder(dir: &Path, device: &candle_core::Device) -> Result<VarBuilder<'static>, ModelError> {
-    let files = safetensors_files(dir)?;
-    for f in &files {
-        if !f.exists() {
-            return Err(ModelError::MissingFile(f.clone()));
-        }
-    }
-    // SAFETY: the files are memory-mapped read-only; Aleph never writes to model files, and a
-    // concurrent writer is outside what any HF loader guards against.
-    unsafe { VarBuilder::from_mmaped_safetensors(&files, candle_core::DType::F32, device) }
-        .map_err(|e| ModelError::BadFile { path: files[0].clone(), reason: e.to_string() })
-}
-
-fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
-    let single = dir.join("model.safetensors");
-    let index = dir.join("model.safetensors.index.json");
-    if single.exists() || !index.exists() {
-        return Ok(vec![single]);
-    }
-    #[derive(serde::Deserialize)]
-    struct Index {
-        weight_map: std::collections::BTreeMap<String, String>,
-    }
-    let idx: Index = read_json(&index)?;
-    let mut shards: Vec<String> = idx.weight_map.into_values().collect();
-    shards.sort();
-    shards.dedup();
-    Ok(shards.into_iter().map(|s| dir.join(s)).collect())
-}
-
-/// An encoder with the head its task needs.
-struct EncoderModel {
-    encoder: Box<dyn Encoder>,
-    head: Head,
-}
-
-impl Model for EncoderModel {
-    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
-        if batch.is_empty() {
-            return Ok(Output::default());
-        }
-        let states = self.encoder.encode(batch)?;
-        Ok(Output { vectors: self.head.apply(&states, batch) })
-    }
+    Checkpoint::find(dir)?.var_builder(device)
 }

@@ -69,6 +69,7 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         audio_input: false,
         audio_cost: 0,
         token_outputs: false,
+        sparse: false,
         prompts: Default::default(),
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });

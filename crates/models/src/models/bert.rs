@@ -1,13 +1,14 @@
-//! The BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet (and CLAP's text tower), one definition
-//! over [`Ops`]. RoBERTa's flavour only numbers positions from `pad_token_id + 1` and has a single token
-//! type; MPNet is RoBERTa-numbered, has no token types, names its attention differently and adds a learned
-//! bias by bucketed relative position to every layer's scores. Post-norm layers: attention and the MLP each
-//! add their input back, then layer-normalize.
+//! The BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT (and CLAP's text tower), one
+//! definition over [`Ops`]. RoBERTa's flavour only numbers positions from `pad_token_id + 1` and has a single
+//! token type; MPNet is RoBERTa-numbered, has no token types, names its attention differently and adds a
+//! learned bias by bucketed relative position to every layer's scores; DistilBERT is BERT without token types
+//! under other names. Post-norm layers: attention and the MLP each add their input back, then
+//! layer-normalize. [`MlmHead`] is the masked-LM head SPLADE reads.
 
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
-use crate::backend::{Activation, AttentionSpec, Norm, Ops, RelativeBias};
+use crate::backend::{Activation, AttentionSpec, Norm, Ops, Post, RelativeBias};
 use crate::batch::Batch;
 use crate::encoder::{Encoder, TokenStates};
 use crate::error::ModelError;
@@ -44,6 +45,7 @@ pub enum BertClass {
     /// CLAP's text tower (`ClapTextConfig`, a RoBERTa).
     ClapText,
     MPNet,
+    DistilBert,
 }
 
 impl BertClass {
@@ -55,6 +57,7 @@ impl BertClass {
             "camembert" => Some(BertClass::Camembert),
             "clap_text_model" => Some(BertClass::ClapText),
             "mpnet" => Some(BertClass::MPNet),
+            "distilbert" => Some(BertClass::DistilBert),
             _ => None,
         }
     }
@@ -67,20 +70,75 @@ impl BertClass {
             BertClass::Roberta => (50265, 1, 2, 512),
             BertClass::XlmRoberta | BertClass::Camembert => (30522, 1, 2, 512),
             BertClass::ClapText => (50265, 1, 1, 514),
-            // MPNetConfig has no token types.
+            // MPNetConfig and DistilBertConfig have no token types.
             BertClass::MPNet => (30527, 1, 0, 512),
+            BertClass::DistilBert => (30522, 0, 0, 512),
+        }
+    }
+
+    /// Where the class keeps each layer's tensors.
+    fn names(self) -> &'static LayerNames {
+        match self {
+            BertClass::MPNet => &LayerNames {
+                layers: "encoder.layer",
+                attention: "attention.attn",
+                qkv: ["q", "k", "v"],
+                attention_out: "attention.attn.o",
+                attention_norm: "attention.LayerNorm",
+                up: "intermediate.dense",
+                down: "output.dense",
+                out_norm: "output.LayerNorm",
+            },
+            BertClass::DistilBert => &LayerNames {
+                layers: "transformer.layer",
+                attention: "attention",
+                qkv: ["q_lin", "k_lin", "v_lin"],
+                attention_out: "attention.out_lin",
+                attention_norm: "sa_layer_norm",
+                up: "ffn.lin1",
+                down: "ffn.lin2",
+                out_norm: "output_layer_norm",
+            },
+            _ => &LayerNames {
+                layers: "encoder.layer",
+                attention: "attention.self",
+                qkv: ["query", "key", "value"],
+                attention_out: "attention.output.dense",
+                attention_norm: "attention.output.LayerNorm",
+                up: "intermediate.dense",
+                down: "output.dense",
+                out_norm: "output.LayerNorm",
+            },
         }
     }
 }
 
-/// `config.json` as written, any field possibly omitted.
+/// Tensor paths of one layer, relative to `{layers}.{n}`.
+struct LayerNames {
+    layers: &'static str,
+    attention: &'static str,
+    qkv: [&'static str; 3],
+    attention_out: &'static str,
+    attention_norm: &'static str,
+    up: &'static str,
+    down: &'static str,
+    out_norm: &'static str,
+}
+
+/// `config.json` as written, any field possibly omitted. DistilBERT's own names (`dim`, `n_layers`, ...)
+/// are read as the BERT fields they stand for.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct BertConfigFile {
     pub vocab_size: Option<usize>,
+    #[serde(alias = "dim")]
     pub hidden_size: Option<usize>,
+    #[serde(alias = "n_layers")]
     pub num_hidden_layers: Option<usize>,
+    #[serde(alias = "n_heads")]
     pub num_attention_heads: Option<usize>,
+    #[serde(alias = "hidden_dim")]
     pub intermediate_size: Option<usize>,
+    #[serde(alias = "activation")]
     pub hidden_act: Option<String>,
     pub max_position_embeddings: Option<usize>,
     pub type_vocab_size: Option<usize>,
@@ -102,15 +160,19 @@ impl BertConfigFile {
             intermediate_size: self.intermediate_size.unwrap_or(3072),
             hidden_act: self.hidden_act.unwrap_or_else(|| "gelu".into()),
             max_position_embeddings: self.max_position_embeddings.unwrap_or(positions),
-            layer_norm_eps: self.layer_norm_eps.unwrap_or(1e-12),
+            // DistilBERT's norms are built with a fixed 1e-12.
+            layer_norm_eps: if class == BertClass::DistilBert { 1e-12 } else { self.layer_norm_eps.unwrap_or(1e-12) },
             pad_token_id: self.pad_token_id.unwrap_or(pad),
             position_embedding_type: self.position_embedding_type.unwrap_or_else(|| "absolute".into()),
             relative_attention_num_buckets: match class {
                 BertClass::MPNet => self.relative_attention_num_buckets.unwrap_or(32),
                 _ => 0,
             },
-            // MPNetConfig has no token types whatever the file says (MPNetEmbeddings builds no table).
-            type_vocab_size: if class == BertClass::MPNet { 0 } else { self.type_vocab_size.unwrap_or(types) },
+            // MPNet and DistilBERT have no token types whatever the file says (their embeddings build no table).
+            type_vocab_size: match class {
+                BertClass::MPNet | BertClass::DistilBert => 0,
+                _ => self.type_vocab_size.unwrap_or(types),
+            },
             class,
         }
     }
@@ -154,7 +216,7 @@ pub enum Flavor {
 impl Flavor {
     pub fn from_model_type(model_type: &str) -> Option<Self> {
         match model_type {
-            "bert" => Some(Flavor::Bert),
+            "bert" | "distilbert" => Some(Flavor::Bert),
             "roberta" | "xlm-roberta" | "camembert" | "mpnet" => Some(Flavor::Roberta),
             _ => None,
         }
@@ -244,28 +306,24 @@ impl<O: Ops> Bert<O> {
         } else {
             None
         };
+        let names = cfg.class.names();
         let layers = (0..cfg.num_hidden_layers)
             .map(|n| {
-                let l = w.pp("encoder").pp("layer").pp(n);
-                let a = l.pp("attention");
-                // MPNet: attention.attn.{q,k,v,o} and attention.LayerNorm.
-                let (qkv, out, attn_norm) = if mpnet {
-                    let sa = a.pp("attn");
-                    (sa.linear_cat(&[("q", h), ("k", h), ("v", h)], h, true)?, sa.pp("o"), a.pp("LayerNorm"))
-                } else {
-                    let sa = a.pp("self");
-                    let qkv = sa.linear_cat(&[("query", h), ("key", h), ("value", h)], h, true)?;
-                    (qkv, a.pp("output").pp("dense"), a.pp("output").pp("LayerNorm"))
-                };
+                let l = w.pp(names.layers).pp(n);
+                let [q, k, v] = names.qkv;
                 Ok(Layer {
-                    attention: SelfAttention { qkv, out: out.linear(h, h, true)?, spec },
-                    attn_norm: attn_norm.layer_norm(h, eps)?,
+                    attention: SelfAttention {
+                        qkv: l.pp(names.attention).linear_cat(&[(q, h), (k, h), (v, h)], h, true)?,
+                        out: l.pp(names.attention_out).linear(h, h, true)?,
+                        spec,
+                    },
+                    attn_norm: l.pp(names.attention_norm).layer_norm(h, eps)?,
                     mlp: Mlp {
-                        fc1: l.pp("intermediate").pp("dense").linear(h, i, true)?,
-                        fc2: l.pp("output").pp("dense").linear(i, h, true)?,
+                        fc1: l.pp(names.up).linear(h, i, true)?,
+                        fc2: l.pp(names.down).linear(i, h, true)?,
                         act,
                     },
-                    out_norm: l.pp("output").pp("LayerNorm").layer_norm(h, eps)?,
+                    out_norm: l.pp(names.out_norm).layer_norm(h, eps)?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -377,13 +435,91 @@ impl<O: Ops> Encoder for BertEncoder<O> {
     }
 }
 
-/// The var builder rooted at the encoder: task checkpoints nest it under `bert.` or `roberta.`, a
-/// bare `BertModel` / `XLMRobertaModel` does not.
+/// Where task checkpoints nest the encoder (`bert.`, `roberta.`, ...); `None` for a bare `BertModel`.
+fn root_prefix(has: impl Fn(&str) -> bool) -> Option<&'static str> {
+    ["bert", "roberta", "mpnet", "distilbert"]
+        .into_iter()
+        .find(|prefix| has(&format!("{prefix}.embeddings.word_embeddings.weight")))
+}
+
+/// The var builder rooted at the encoder (see [`root_prefix`]).
 pub fn root(vb: VarBuilder) -> VarBuilder {
-    for prefix in ["bert", "roberta", "mpnet"] {
-        if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
-            return vb.pp(prefix);
-        }
+    match root_prefix(|name| vb.contains_tensor(name)) {
+        Some(prefix) => vb.pp(prefix),
+        None => vb,
     }
-    vb
+}
+
+/// The encoder's weights within a whole checkpoint's, sharing its byte count.
+pub fn encoder_weights<'a, O: Ops>(top: &Weights<'a, O>) -> Weights<'a, O> {
+    match root_prefix(|name| top.contains(name)) {
+        Some(prefix) => top.pp(prefix),
+        None => top.clone(),
+    }
+}
+
+/// A masked-LM head: `decoder(norm(act(transform(h))))`, one logit per vocabulary entry. The decoder's
+/// weight is usually tied to the word embeddings, which `save_pretrained` then stores once.
+pub struct MlmHead<O: Ops> {
+    transform: O::Linear,
+    act: Activation,
+    norm: Norm<O::Param>,
+    decoder: O::Linear,
+    pub vocab: usize,
+}
+
+impl<O: Ops> MlmHead<O> {
+    /// `top` is the checkpoint's root (where `cls.` / `lm_head.` / `vocab_*` live), `encoder` the
+    /// encoder's (see [`root`]).
+    pub fn load(top: &Weights<O>, encoder: &Weights<O>, cfg: &BertConfig) -> Result<Self, ModelError> {
+        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+        // (transform, its activation, norm, decoder, the decoder's separately stored bias)
+        let (transform, act, norm, decoder, bias) = match cfg.class {
+            BertClass::Bert => (
+                "cls.predictions.transform.dense",
+                cfg.hidden_act.as_str(),
+                "cls.predictions.transform.LayerNorm",
+                "cls.predictions.decoder",
+                "cls.predictions.bias",
+            ),
+            BertClass::DistilBert => (
+                "vocab_transform",
+                cfg.hidden_act.as_str(),
+                "vocab_layer_norm",
+                "vocab_projector",
+                "vocab_projector.bias",
+            ),
+            // RobertaLMHead and MPNetLMHead: GELU whatever `hidden_act` says.
+            _ => ("lm_head.dense", "gelu", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias"),
+        };
+        if !top.contains(&format!("{transform}.weight")) {
+            return Err(ModelError::Unsupported(format!(
+                "SPLADE needs a masked-LM head; this checkpoint has no `{transform}.weight` (is it a *ForMaskedLM?)"
+            )));
+        }
+        let vb = top.vb();
+        let get = |name: &str, shape: &[usize]| vb.get(shape, name).map_err(crate::error::weights);
+        let weight = if vb.contains_tensor(&format!("{decoder}.weight")) {
+            get(&format!("{decoder}.weight"), &[v, h])?
+        } else {
+            encoder.vb().get((v, h), "embeddings.word_embeddings.weight").map_err(crate::error::weights)?
+        };
+        let bias_name =
+            if vb.contains_tensor(&format!("{decoder}.bias")) { format!("{decoder}.bias") } else { bias.into() };
+        let bias = get(&bias_name, &[v])?;
+        Ok(MlmHead {
+            transform: top.pp(transform).linear(h, h, true)?,
+            act: Activation::parse(act)?,
+            norm: top.pp(norm).layer_norm(h, cfg.layer_norm_eps)?,
+            decoder: top.pp(decoder).linear_from(weight, Some(bias))?,
+            vocab: v,
+        })
+    }
+
+    /// The logits of every row of `x` (`[rows, hidden]` → `out` `[rows, vocab]`); `mid` is scratch.
+    pub fn forward(&self, o: &O, x: &O::T, mid: &mut O::T, out: &mut O::T) -> Result<(), ModelError> {
+        o.linear_fwd(x, &self.transform, Post::Act(self.act), mid)?;
+        o.norm(mid, &self.norm)?;
+        o.linear_fwd(mid, &self.decoder, Post::None, out)
+    }
 }

@@ -9,5 +9,7 @@ pub mod colpali;
 pub mod colqwen2;
 pub mod gemma;
 pub mod htsat;
+pub mod modernbert;
 pub mod qwen2_vl;
 pub mod siglip;
+pub mod splade;

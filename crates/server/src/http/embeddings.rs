@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::extract::ApiJson;
 use super::schemas::{
     response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat,
-    InputItem, InputItems, MediaEmbeddingRequest, Modality, Usage,
+    InputItem, InputItems, MediaEmbeddingRequest, Modality, SparseValue, Usage,
 };
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
@@ -152,6 +152,14 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         ))
         .with_param("encoding_format"));
     }
+    let sparse = req.encoding_format == EncodingFormat::Sparse;
+    if sparse && !model.info().sparse {
+        return Err(ApiError::bad_request(format!(
+            "model `{}` is not a sparse encoder (SPLADE); request encoding_format `float` or `base64`",
+            model.name()
+        ))
+        .with_param("encoding_format"));
+    }
     let result = model.run(inputs).await?;
     let multi = model.info().task == Task::MultiVector;
     let dim = model.info().dim;
@@ -177,7 +185,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
                     })
                     .collect();
                 let embedding = match req.encoding_format {
-                    EncodingFormat::Float => EmbeddingValue::MultiFloat(rows),
+                    EncodingFormat::Float | EncodingFormat::Sparse => EmbeddingValue::MultiFloat(rows),
                     EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&rows.concat())),
                 };
                 return EmbeddingObject { object: "embedding", embedding, index };
@@ -192,6 +200,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
             let embedding = match req.encoding_format {
                 EncodingFormat::Float => EmbeddingValue::Float(v),
                 EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&v)),
+                EncodingFormat::Sparse => EmbeddingValue::Sparse(SparseValue::of(&v)),
             };
             EmbeddingObject { object: "embedding", embedding, index }
         })

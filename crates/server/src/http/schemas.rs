@@ -193,6 +193,9 @@ pub enum EncodingFormat {
     #[default]
     Float,
     Base64,
+    /// A sparse encoder's (SPLADE) non-zero weights as `[{index, value}]`, `index` a vocabulary id
+    /// (Aleph's extension; a sparse model's default answer is the dense vocabulary-wide vector).
+    Sparse,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
@@ -267,6 +270,22 @@ pub enum EmbeddingValue {
     /// One vector per token (ColBERT).
     MultiFloat(Vec<Vec<f32>>),
     Base64(String),
+    /// The non-zero entries of a sparse vector.
+    Sparse(Vec<SparseValue>),
+}
+
+/// One non-zero weight of a sparse embedding: TEI's `/embed_sparse` element.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct SparseValue {
+    pub index: usize,
+    pub value: f32,
+}
+
+impl SparseValue {
+    /// The non-zero entries of `v`, by index.
+    pub fn of(v: &[f32]) -> Vec<SparseValue> {
+        v.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(index, &value)| SparseValue { index, value }).collect()
+    }
 }
 
 impl Serialize for EmbeddingValue {
@@ -278,6 +297,7 @@ impl Serialize for EmbeddingValue {
                 s.collect_seq(rows.iter().map(|row| row.iter().map(|&x| x as f64).collect::<Vec<f64>>()))
             }
             EmbeddingValue::Base64(b) => s.serialize_str(b),
+            EmbeddingValue::Sparse(entries) => entries.serialize(s),
         }
     }
 }

@@ -24,7 +24,7 @@ use utoipa::ToSchema;
 use super::error::ApiError;
 use super::extract::{parse, read_body};
 use super::rerank::relevance;
-use super::schemas::{null_default, InputItem, InputItems};
+use super::schemas::{null_default, InputItem, InputItems, SparseValue};
 use super::state::AppState;
 use super::timing::timing_headers;
 
@@ -488,15 +488,26 @@ pub async fn embed_all(State(state): State<Arc<AppState>>, request: Request) -> 
 
 /// `POST /embed_sparse`: SPLADE weights per vocabulary entry.
 #[utoipa::path(post, path = "/embed_sparse", tag = "tei", request_body = EmbedRequest,
-    responses((status = 424, description = "The model has no sparse output", body = TeiErrorBody)))]
+    responses((status = 200, description = "The non-zero weights of each input", body = Vec<Vec<SparseValue>>),
+              (status = 424, description = "The model has no sparse output", body = TeiErrorBody)))]
 pub async fn embed_sparse(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
     let req: EmbedRequest = body_of(&state, request).await?;
-    let model = pick(&state, req.model.as_deref(), "sparse")?;
-    Err(TeiError::backend(format!(
-        "Backend error: Model is not an embedding model with SPLADE pooling (`{}` is {})",
-        model.name(),
-        model.info().architecture
-    )))
+    embed_sparse_request(&state, req).await
+}
+
+async fn embed_sparse_request(state: &Arc<AppState>, req: EmbedRequest) -> TeiResult {
+    let model = pick(state, req.model.as_deref(), "sparse")?;
+    if !model.info().sparse {
+        return Err(TeiError::backend(format!(
+            "Backend error: Model is not an embedding model with SPLADE pooling (`{}` is {})",
+            model.name(),
+            model.info().architecture
+        )));
+    }
+    let inputs = texts_checked(state, model, req.prompt_name.as_deref(), req.inputs)?;
+    let out = model.run_with(inputs, options(req.truncate, req.truncation_direction, OutputKind::Default)).await?;
+    let sparse: Vec<Vec<SparseValue>> = out.vectors.iter().map(|v| SparseValue::of(v)).collect();
+    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(sparse)).into_response())
 }
 
 /// `POST /predict`: every label's score, best first, per input (a text or a pair).
@@ -774,7 +785,11 @@ pub async fn info(
                 Pooling::Cls => "cls",
                 Pooling::Mean => "mean",
                 Pooling::LastToken => "last_token",
+                Pooling::Max => "max",
+                Pooling::MeanSqrtLen => "mean_sqrt_len",
+                Pooling::WeightedMean => "weighted_mean",
             };
+            let pooling = if i.sparse { "splade" } else { pooling };
             serde_json::json!({"embedding": {"pooling": pooling}})
         }
     };
@@ -800,7 +815,8 @@ pub async fn info(
 }
 
 /// `POST /` (and SageMaker's `/invocations`): the route TEI binds to the model's kind: `predict` for a
-/// classifier, `rerank` for a reranker, `similarity` when `TASK=sentence-similarity`, else `embed`.
+/// classifier, `rerank` for a reranker, `embed_sparse` for a SPLADE model, `similarity` when
+/// `TASK=sentence-similarity`, else `embed`.
 #[utoipa::path(post, path = "/", tag = "tei",
     responses((status = 200, description = "As /embed, /predict or /rerank, by the model's kind")))]
 pub async fn root(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
@@ -818,6 +834,7 @@ pub async fn root(State(state): State<Arc<AppState>>, request: Request) -> TeiRe
     match model.info().task {
         Task::Classify { .. } => predict_request(&state, json_of(&body)?).await,
         Task::Rerank => rerank_request(&state, json_of(&body)?).await,
+        Task::Embed if model.info().sparse => embed_sparse_request(&state, json_of(&body)?).await,
         Task::Embed | Task::MultiVector => {
             if std::env::var("TASK").is_ok_and(|t| t == "sentence-similarity") {
                 similarity_request(&state, json_of(&body)?).await

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Aleph's CPU path against transformers, in one run, per model family at a real checkpoint's shape (random
+weights: the speed does not depend on them).
+
+    pip install torch transformers            # a developer machine, not CI
+    cargo build --release -p aleph-bench && scripts/fetch-models.sh
+    python3 bench/families.py ../shared/data/stsbenchmark.tsv.gz [N] [family ...]
+
+For each family: saves a seeded random model with that checkpoint's config (vocabulary, width, depth) and the
+all-MiniLM-L6-v2 WordPiece tokenizer (BERT's uncased 30,522-entry vocabulary) under /tmp/aleph-families, runs
+`target/release/compute --corpus-only` on it (f32 and int8 on the CPU kernels), then PyTorch on the same
+batches: the first N STS Benchmark sentences in batches of 32, padded per batch, 2 threads. Prints one
+markdown row per family.
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sts  # bench/sts.py, beside this file
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = Path("/tmp/aleph-families")
+
+# name: (checkpoint it stands for, transformers class, config class, config, pooling, Aleph's --pooling)
+FAMILIES = {
+    "distilbert": ("msmarco-distilbert-base-v4", "DistilBertModel", "DistilBertConfig",
+                   dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072), "mean", "auto"),
+    "splade-distilbert": ("opensearch-neural-sparse-encoding-doc-v2-distill", "DistilBertForMaskedLM",
+                          "DistilBertConfig", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072),
+                          "splade", "splade"),
+    "splade-bert": ("naver/splade-cocondenser-ensembledistil", "BertForMaskedLM", "BertConfig",
+                    dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                         intermediate_size=3072), "splade", "splade"),
+}
+
+
+def make(name):
+    import torch
+    import transformers
+
+    _, cls, cfg_cls, cfg, _, _ = FAMILIES[name]
+    d = OUT / name
+    if (d / "config.json").exists():
+        return d
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(getattr(transformers, cfg_cls)(**cfg)).eval()
+    model.save_pretrained(d)
+    for f in ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]:
+        src = ROOT / "models/all-MiniLM-L6-v2" / f
+        if src.exists():
+            shutil.copy(src, d / f)
+    return d
+
+
+def aleph(d, corpus, n, pooling):
+    out = subprocess.run(
+        [str(ROOT / "target/release/compute"), "--model", str(d), "--corpus", corpus, "--sentences", str(n),
+         "--corpus-only", "--no-candle", "--no-accuracy", "--pooling", pooling],
+        env={**os.environ, "ALEPH_COMPUTE_THREADS": "2"}, check=True, capture_output=True, text=True).stdout
+    rates = dict(re.findall(r"\| (aleph-cpu(?:-int8)?) \| ([\d.]+) \|", out))
+    return float(rates["aleph-cpu"]), float(rates["aleph-cpu-int8"])
+
+
+def pytorch(d, corpus, n, pooling, cls):
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(2)
+    tok = AutoTokenizer.from_pretrained(d)
+    sents = [x.strip() for x in sts.sentences(corpus, n)]
+    model = getattr(transformers, cls).from_pretrained(d).eval()
+    names = [k for k in ["input_ids", "attention_mask", "token_type_ids"]
+             if k in model.forward.__code__.co_varnames]
+    batches = [{k: v for k, v in tok(sents[i:i + 32], padding=True, truncation=True, max_length=256,
+                                     return_tensors="pt").items() if k in names}
+               for i in range(0, len(sents), 32)]
+
+    @torch.inference_mode()
+    def run():
+        for b in batches:
+            mask = b["attention_mask"].unsqueeze(-1).float()
+            if pooling == "splade":
+                logits = model(**b).logits
+                (torch.log1p(torch.relu(logits)) * mask).amax(dim=1)
+            else:
+                h = model(**b).last_hidden_state
+                torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1)
+
+    run()
+    runs = []
+    for _ in range(3):
+        t = time.perf_counter()
+        run()
+        runs.append(time.perf_counter() - t)
+    return len(sents) / statistics.median(runs), torch.__version__, transformers.__version__
+
+
+def main():
+    corpus = sys.argv[1]
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 512
+    names = sys.argv[3:] or list(FAMILIES)
+    print("| family (shape of) | Aleph f32 | Aleph int8 | PyTorch | f32 / PyTorch | int8 / PyTorch |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        checkpoint, cls, _, _, pooling, aleph_pooling = FAMILIES[name]
+        d = make(name)
+        f32, int8 = aleph(d, corpus, n, aleph_pooling)
+        torch_rate, tv, trv = pytorch(d, corpus, n, pooling, cls)
+        print(f"| {name} ({checkpoint}) | {f32:.1} | {int8:.1} | {torch_rate:.1} | {f32 / torch_rate:.2}x | "
+              f"{int8 / torch_rate:.2}x |", flush=True)
+    print(json.dumps({"sentences": n, "torch": tv, "transformers": trv}))
+
+
+if __name__ == "__main__":
+    main()

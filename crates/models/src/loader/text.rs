@@ -1,0 +1,321 @@
+//! Text encoders (the BERT family, ModernBERT): what every family shares, from the sentence-transformers
+//! files, window and tokenizer to the head its task needs, and each family's own weights and heads.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use candle_nn::VarBuilder;
+
+use super::{
+    backend_for, calibrate, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel,
+    Model, ModelInfo, Task,
+};
+use crate::backend::candle::Candle;
+use crate::backend::cpu::Cpu;
+use crate::backend::record::Recording;
+use crate::batch::{Batch, Output};
+use crate::encoder::Encoder;
+use crate::error::{read_json, weights, ModelError};
+use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, PostStep, Residual};
+use crate::layers::Weights;
+use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, BertEncoder, Flavor};
+use crate::models::modernbert::{self, ModernBert, ModernBertConfig, ModernBertEncoder};
+use crate::models::splade::{Splade, SpladeModel};
+use crate::pooling::{Pooling, PoolingChoice};
+use crate::st_config::{DenseActivation, PostModule, SentenceTransformerConfig};
+use crate::tokenizer::TextTokenizer;
+
+/// What every text encoder's loading starts from.
+struct Setup {
+    st: SentenceTransformerConfig,
+    task: Task,
+    pooling: Pooling,
+    tokenizer: TextTokenizer,
+    device: candle_core::Device,
+    vb: VarBuilder<'static>,
+    backend: Backend,
+    int8: bool,
+    info: ModelInfo,
+}
+
+impl Setup {
+    /// `model_max`: the longest input the model's positions allow; `hidden`: its width.
+    fn new(
+        dir: &Path,
+        arch: &ArchConfig,
+        opts: &LoadOptions,
+        model_max: usize,
+        hidden: usize,
+    ) -> Result<Self, ModelError> {
+        let st = SentenceTransformerConfig::read(dir)?;
+        let window = st.max_seq_length.unwrap_or(model_max).min(model_max);
+        let task = arch.task();
+        let pooling = match opts.pooling {
+            PoolingChoice::Fixed(p) => p,
+            // A plain transformers folder has no pooling module: sentence-transformers then uses mean.
+            PoolingChoice::Auto | PoolingChoice::Splade => st.pooling.unwrap_or(Pooling::Mean),
+        };
+        let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
+        let device = opts.device.candle()?;
+        let vb = var_builder(dir, &device)?;
+        let backend = backend_for(opts, &device);
+        if backend == Backend::Candle && opts.dtype == DType::Int8 {
+            return Err(ModelError::InvalidOption(
+                "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
+            ));
+        }
+        let info = ModelInfo {
+            task: task.clone(),
+            backend: Compute::AlephCpu,
+            architecture: arch.architectures.first().cloned().unwrap_or_else(|| arch.model_type.clone()),
+            dim: hidden,
+            window,
+            pads: false,
+            pooling,
+            normalize: false,
+            weight_bytes: 0,
+            image_input: false,
+            image_cost: 0,
+            image_pixels_per_token: 0,
+            audio_input: false,
+            audio_cost: 0,
+            // The head sees every token's state: it can skip normalization or return the states themselves.
+            token_outputs: true,
+            sparse: false,
+            prompts: st.prompts.clone(),
+        };
+        Ok(Setup { st, task, pooling, tokenizer, device, vb, backend, int8: opts.dtype == DType::Int8, info })
+    }
+
+    fn finish(
+        self,
+        dir: &Path,
+        model: Arc<dyn Model>,
+        backend: Compute,
+        bytes: u64,
+    ) -> Result<LoadedModel, ModelError> {
+        let mut info = self.info;
+        info.backend = backend;
+        // Aleph's CPU path packs sequences end to end; candle's pads them to the longest.
+        info.pads = backend.pads();
+        info.weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { bytes };
+        Ok(LoadedModel { model, tokenizer: self.tokenizer, images: None, audio: None, info })
+    }
+
+    /// The encoder with its task's head: pooling and the sentence-transformers modules after it, a
+    /// ColBERT projection, or the family's classification head (`classifier`, given the label count).
+    fn encoder_model(
+        mut self,
+        dir: &Path,
+        encoder: Box<dyn Encoder>,
+        backend: Compute,
+        classifier: impl FnOnce(&VarBuilder<'static>, usize) -> Result<Head, ModelError>,
+    ) -> Result<LoadedModel, ModelError> {
+        let h = encoder.hidden_size();
+        let (head, dim) = match &self.task {
+            Task::Embed => {
+                let (post, dim) = post_steps(&self.st.post, h, &self.device)?;
+                self.info.normalize = post.iter().any(|s| matches!(s, PostStep::Normalize));
+                (Head::Pool { pooling: self.pooling, post }, dim)
+            }
+            Task::MultiVector => {
+                let proj = HostLinear::load_no_bias(self.vb.pp("linear"), h).map_err(weights)?;
+                self.info.normalize = true;
+                let dim = proj.out_dim();
+                (Head::MultiVector { proj }, dim)
+            }
+            Task::Rerank | Task::Classify { .. } => {
+                let labels = if let Task::Classify { labels, .. } = &self.task { labels.len() } else { 1 };
+                (classifier(&self.vb, labels)?, labels)
+            }
+        };
+        self.info.dim = dim;
+        let bytes = encoder.weight_bytes();
+        self.finish(dir, Arc::new(EncoderModel { encoder, head }), backend, bytes)
+    }
+}
+
+/// BERT, RoBERTa, XLM-R, CamemBERT, MPNet, DistilBERT: embedders, cross-encoders, classifiers, ColBERT and
+/// SPLADE.
+pub(super) fn load_bert_family(
+    dir: &Path,
+    arch: &ArchConfig,
+    flavor: Flavor,
+    opts: &LoadOptions,
+) -> Result<LoadedModel, ModelError> {
+    let class = BertClass::from_model_type(&arch.model_type).ok_or_else(|| {
+        ModelError::Unsupported(format!("model_type `{}` is not a BERT-family encoder", arch.model_type))
+    })?;
+    let cfg: BertConfig = read_json::<BertConfigFile>(&dir.join("config.json"))?.resolve(class);
+    let setup = Setup::new(dir, arch, opts, flavor.max_len(&cfg), cfg.hidden_size)?;
+    // A SpladePooling module, or `--pooling-method splade` on a plain masked-LM folder; another fixed
+    // pooling method asks for the encoder's dense states instead.
+    let splade = match opts.pooling {
+        PoolingChoice::Splade => Some(setup.st.splade.unwrap_or_default()),
+        PoolingChoice::Fixed(_) => None,
+        PoolingChoice::Auto => setup.st.splade,
+    };
+    let vb = setup.vb.clone();
+    if let Some(pooling) = splade {
+        if setup.task != Task::Embed {
+            return Err(ModelError::Unsupported(format!(
+                "SPLADE pooling on a {:?} checkpoint (it needs a masked LM)",
+                setup.task
+            )));
+        }
+        let (model, backend, bytes): (Arc<dyn Model>, Compute, u64) = match setup.backend {
+            Backend::Auto => {
+                let ops = if setup.int8 {
+                    let load = |w: &Weights<'_, Recording<Cpu>>| {
+                        Splade::load(w, &bert::encoder_weights(w), &cfg, flavor, pooling)
+                    };
+                    Cpu::int8(calibrate(load, |m, o, b| m.forward(o, b).map(drop), &setup.tokenizer, vb.clone())?)
+                } else {
+                    Cpu::f32()
+                };
+                let m = SpladeModel::load(ops, vb, &cfg, flavor, pooling)?;
+                let bytes = m.weight_bytes as u64;
+                (Arc::new(m), Compute::AlephCpu, bytes)
+            }
+            Backend::Candle => (
+                Arc::new(SpladeModel::load(Candle::new(setup.device.clone()), vb, &cfg, flavor, pooling)?),
+                Compute::Candle,
+                0,
+            ),
+        };
+        let mut setup = setup;
+        setup.info.dim = cfg.vocab_size;
+        setup.info.sparse = true;
+        // The output is the pooled vocabulary weights, nothing per token, never normalized.
+        setup.info.token_outputs = false;
+        return setup.finish(dir, model, backend, bytes);
+    }
+    let (encoder, backend): (Box<dyn Encoder>, Compute) = match setup.backend {
+        Backend::Auto => {
+            let encoder: Box<dyn Encoder> = if setup.int8 {
+                let load = |w: &Weights<'_, Recording<Cpu>>| Bert::load(w, &cfg, flavor);
+                let run = |m: &Bert<Recording<Cpu>>, o: &Recording<Cpu>, b: &Batch| m.forward(o, b).map(drop);
+                let smoothing = calibrate(load, run, &setup.tokenizer, bert::root(vb.clone()))?;
+                Box::new(BertEncoder::load(Cpu::int8(smoothing), vb, &cfg, flavor)?)
+            } else {
+                Box::new(BertEncoder::load(Cpu::f32(), vb, &cfg, flavor)?)
+            };
+            (encoder, Compute::AlephCpu)
+        }
+        Backend::Candle => {
+            (Box::new(BertEncoder::load(Candle::new(setup.device.clone()), vb, &cfg, flavor)?), Compute::Candle)
+        }
+    };
+    let h = cfg.hidden_size;
+    setup.encoder_model(dir, encoder, backend, |vb, labels| {
+        let (dense, act, out) = match class {
+            BertClass::Bert => {
+                (bert::root(vb.clone()).pp("pooler").pp("dense"), DenseActivation::Tanh, vb.pp("classifier"))
+            }
+            BertClass::DistilBert => (vb.pp("pre_classifier"), DenseActivation::Relu, vb.pp("classifier")),
+            _ => (vb.pp("classifier").pp("dense"), DenseActivation::Tanh, vb.pp("classifier").pp("out_proj")),
+        };
+        Ok(Head::Classifier {
+            pooling: Pooling::Cls,
+            dense: HostLinear::load(dense, h, h).map_err(weights)?,
+            act,
+            norm: None,
+            out: HostLinear::load(out, h, labels).map_err(weights)?,
+        })
+    })
+}
+
+/// ModernBERT: embedders and cross-encoders / classifiers (`classifier_pooling` cls or mean).
+pub(super) fn load_modernbert(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let cfg: ModernBertConfig = read_json(&dir.join("config.json"))?;
+    cfg.check()?;
+    let setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
+    let vb = setup.vb.clone();
+    let (encoder, backend): (Box<dyn Encoder>, Compute) = match setup.backend {
+        Backend::Auto => {
+            let encoder: Box<dyn Encoder> = if setup.int8 {
+                let load = |w: &Weights<'_, Recording<Cpu>>| ModernBert::load(w, &cfg);
+                let run = |m: &ModernBert<Recording<Cpu>>, o: &Recording<Cpu>, b: &Batch| m.forward(o, b).map(drop);
+                let smoothing = calibrate(load, run, &setup.tokenizer, modernbert::root(vb.clone()))?;
+                Box::new(ModernBertEncoder::load(Cpu::int8(smoothing), vb, &cfg)?)
+            } else {
+                Box::new(ModernBertEncoder::load(Cpu::f32(), vb, &cfg)?)
+            };
+            (encoder, Compute::AlephCpu)
+        }
+        Backend::Candle => {
+            (Box::new(ModernBertEncoder::load(Candle::new(setup.device.clone()), vb, &cfg)?), Compute::Candle)
+        }
+    };
+    let h = cfg.hidden_size;
+    setup.encoder_model(dir, encoder, backend, |vb, labels| {
+        let act = match cfg.classifier_activation.as_str() {
+            "gelu" => DenseActivation::Gelu,
+            "tanh" => DenseActivation::Tanh,
+            "relu" => DenseActivation::Relu,
+            "silu" | "swish" => DenseActivation::Silu,
+            other => return Err(ModelError::Unsupported(format!("classifier_activation `{other}`"))),
+        };
+        Ok(Head::Classifier {
+            pooling: if cfg.classifier_pooling == "mean" { Pooling::Mean } else { Pooling::Cls },
+            dense: HostLinear::load_with(vb.pp("head").pp("dense"), h, h, cfg.classifier_bias).map_err(weights)?,
+            act,
+            norm: Some(HostNorm::load(vb.pp("head").pp("norm"), h, cfg.norm_bias, cfg.norm_eps).map_err(weights)?),
+            out: HostLinear::load(vb.pp("classifier"), h, labels).map_err(weights)?,
+        })
+    })
+}
+
+/// The `Dense` and `Normalize` modules after pooling, their weights read from each module's folder, and
+/// the width that comes out.
+fn post_steps(
+    modules: &[PostModule],
+    hidden: usize,
+    device: &candle_core::Device,
+) -> Result<(Vec<PostStep>, usize), ModelError> {
+    let mut width = hidden;
+    let mut steps = Vec::with_capacity(modules.len());
+    for module in modules {
+        match module {
+            PostModule::Normalize => steps.push(PostStep::Normalize),
+            PostModule::Dense(d) => {
+                if d.in_features != width {
+                    return Err(ModelError::BadFile {
+                        path: d.dir.join("config.json"),
+                        reason: format!("in_features {} does not match the {width} values before it", d.in_features),
+                    });
+                }
+                let vb = var_builder(&d.dir, device)?;
+                let linear =
+                    HostLinear::load_with(vb.pp("linear"), d.in_features, d.out_features, d.bias).map_err(weights)?;
+                let residual = match (d.residual, d.in_features == d.out_features) {
+                    (false, _) => None,
+                    (true, true) => Some(Residual::Identity),
+                    (true, false) => Some(Residual::Projected(
+                        HostLinear::load_with(vb.pp("residual"), d.in_features, d.out_features, false)
+                            .map_err(weights)?,
+                    )),
+                };
+                steps.push(PostStep::Dense(DenseLayer { linear, act: d.activation, residual }));
+                width = d.out_features;
+            }
+        }
+    }
+    Ok((steps, width))
+}
+
+/// An encoder with the head its task needs.
+struct EncoderModel {
+    encoder: Box<dyn Encoder>,
+    head: Head,
+}
+
+impl Model for EncoderModel {
+    fn forward(&self, batch: &Batch) -> Result<Output, ModelError> {
+        if batch.is_empty() {
+            return Ok(Output::default());
+        }
+        let states = self.encoder.encode(batch)?;
+        Ok(Output { vectors: self.head.apply(&states, batch) })
+    }
+}

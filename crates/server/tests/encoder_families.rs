@@ -1,0 +1,188 @@
+//! Encoder families over HTTP, on Aleph's kernels (each instruction set) and candle, against the references
+//! transformers and sentence-transformers computed (tests/fixtures/tiny, made by
+//! scripts/make_encoder_families.py): SPLADE through TEI's `/embed_sparse` and `/embeddings` with
+//! `encoding_format: "sparse"` (dense stays the default), DistilBERT with a Dense module and a classifier
+//! from pickles, ModernBERT's embedder and cross-encoder.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::media::{Run, OTHER_PATHS};
+use common::{floats, repo_root, Server};
+use serde_json::{json, Value};
+
+fn tiny(name: &str) -> String {
+    let p: PathBuf = repo_root().join("tests/fixtures/tiny").join(name);
+    p.to_string_lossy().into_owned()
+}
+
+fn reference(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(PathBuf::from(tiny(name)).join("reference.json")).unwrap()).unwrap()
+}
+
+/// The reference's non-empty texts (the APIs refuse empty ones) with their positions in it.
+fn texts(r: &Value) -> Vec<(usize, String)> {
+    let all = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string());
+    all.enumerate().filter(|(_, t)| !t.is_empty()).collect()
+}
+
+fn only_texts(r: &Value) -> Vec<String> {
+    texts(r).into_iter().map(|(_, t)| t).collect()
+}
+
+/// `[{index, value}]` as (index, value) pairs, from either the reference or a reply.
+fn pairs(entries: &Value) -> Vec<(u64, f32)> {
+    entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["index"].as_u64().unwrap(), e["value"].as_f64().unwrap() as f32))
+        .collect()
+}
+
+fn reference_pairs(r: &Value, i: usize) -> Vec<(u64, f32)> {
+    let s = &r["sparse"][i];
+    let idx = s["indices"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap());
+    idx.zip(floats(&s["values"])).collect()
+}
+
+/// Same entries (a weight within 1e-4 of zero may fall on either side), same weights within 1e-4.
+fn assert_sparse_close(got: &[(u64, f32)], want: &[(u64, f32)], what: &str) {
+    let find = |v: &[(u64, f32)], i: u64| v.iter().find(|e| e.0 == i).map_or(0.0, |e| e.1);
+    for &(i, w) in want.iter().chain(got) {
+        let (g, w2) = (find(got, i), find(want, i));
+        assert!((g - w2).abs() < 1e-4, "{what}: entry {i}: {g} vs {w2} ({w})");
+    }
+    assert!(got.iter().all(|e| e.1 > 0.0), "{what}: only positive weights are listed");
+}
+
+fn check_splade(s: &Server, model: &str) {
+    let r = reference(model);
+    let (positions, texts): (Vec<usize>, Vec<String>) = texts(&r).into_iter().unzip();
+    let reply = s.post_json("/embed_sparse", &json!({"inputs": texts}));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let tei = reply.json();
+    let openai = s.post_json("/embeddings", &json!({"input": texts, "encoding_format": "sparse"}));
+    assert_eq!(openai.status, 200, "{}", openai.body);
+    let openai = openai.json();
+    for (i, &at) in positions.iter().enumerate() {
+        let want = reference_pairs(&r, at);
+        assert_sparse_close(&pairs(&tei[i]), &want, &format!("{model} /embed_sparse text {i}"));
+        assert_sparse_close(&pairs(&openai["data"][i]["embedding"]), &want, &format!("{model} /embeddings text {i}"));
+    }
+    // Dense stays the default: the whole vocabulary-wide vector.
+    let dense = s.post_json("/embeddings", &json!({"input": texts[0]})).json();
+    let v = floats(&dense["data"][0]["embedding"]);
+    assert_eq!(v.len() as u64, r["vocab"].as_u64().unwrap());
+    let nonzero: Vec<(u64, f32)> =
+        v.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(i, x)| (i as u64, *x)).collect();
+    assert_sparse_close(&nonzero, &reference_pairs(&r, positions[0]), &format!("{model} dense"));
+}
+
+#[test]
+fn splade_serves_sparse_on_every_path() {
+    let m = tiny("distilbert-splade");
+    let s = Server::start(&["--model-id", &m, "--no-model-warmup"]);
+    check_splade(&s, "distilbert-splade");
+    let models = s.get("/models").json();
+    let caps = models["data"][0]["capabilities"].as_array().unwrap().clone();
+    assert!(caps.contains(&json!("sparse")) && caps.contains(&json!("embed")), "{caps:?}");
+    assert_eq!(s.get("/info").json()["model_type"]["embedding"]["pooling"], "splade");
+    // TEI's `POST /` routes a SPLADE model to /embed_sparse.
+    let root = s.post_json("/", &json!({"inputs": "a cat"}));
+    assert_eq!(root.status, 200, "{}", root.body);
+    assert!(root.json()[0][0]["index"].is_u64(), "{}", root.body);
+    for (flags, env) in OTHER_PATHS {
+        let mut args = vec!["--model-id", m.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        check_splade(&Server::start_with_env(&args, env), "distilbert-splade");
+    }
+}
+
+#[test]
+fn a_plain_masked_lm_is_sparse_with_pooling_method_splade() {
+    let m = tiny("bert-splade");
+    let s = Server::start(&["--model-id", &m, "--no-model-warmup", "--pooling-method", "splade"]);
+    check_splade(&s, "bert-splade");
+    // Without it, the same folder is a mean-pooled dense embedder (as Infinity serves BertForMaskedLM).
+    let dense = Server::start(&["--model-id", &m, "--no-model-warmup"]);
+    let r = dense.post_json("/embeddings", &json!({"input": "a cat", "encoding_format": "sparse"}));
+    r.assert_error(400);
+    assert!(r.body.contains("not a sparse encoder"), "{}", r.body);
+    let r = dense.post_json("/embed_sparse", &json!({"inputs": "a cat"}));
+    assert_eq!(r.status, 424, "{}", r.body);
+}
+
+#[test]
+fn distilbert_embeds_and_classifies_on_every_path() {
+    let embed = tiny("distilbert-embed");
+    let classify = tiny("distilbert-classify");
+    let er = reference("distilbert-embed");
+    let cr = reference("distilbert-classify");
+    let default: Run = (&[], &[]);
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", embed.as_str(), "--model-id", classify.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        let reply = s.post_json("/embeddings", &json!({"model": "tiny/distilbert-embed", "input": only_texts(&er)}));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let body = reply.json();
+        for (i, (at, _)) in texts(&er).into_iter().enumerate() {
+            let (g, w) = (floats(&body["data"][i]["embedding"]), floats(&er["vectors"][at]));
+            assert_eq!(g.len(), 16, "the Dense module's width");
+            let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(d < 1e-4, "{flags:?} {env:?} text {i}: differs by {d}");
+        }
+        // The classifier's softmax over transformers' logits.
+        let reply = s.post_json("/classify", &json!({"model": "tiny/distilbert-classify", "input": only_texts(&cr)}));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let body = reply.json();
+        for (i, (at, _)) in texts(&cr).into_iter().enumerate() {
+            let logits = floats(&cr["logits"][at]);
+            let max = logits.iter().cloned().fold(f32::MIN, f32::max);
+            let total: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+            let labels = ["negative", "neutral", "positive"];
+            for entry in body["data"][i].as_array().unwrap() {
+                let k = labels.iter().position(|l| entry["label"] == *l).unwrap();
+                let want = (logits[k] - max).exp() / total;
+                let got = entry["score"].as_f64().unwrap() as f32;
+                assert!((got - want).abs() < 1e-4, "{flags:?} text {i} {}: {got} vs {want}", labels[k]);
+            }
+        }
+    }
+}
+
+#[test]
+fn modernbert_embeds_and_reranks_on_every_path() {
+    let embed = tiny("modernbert-embed");
+    let rerank = tiny("modernbert-rerank");
+    let er = reference("modernbert-embed");
+    let rr = reference("modernbert-rerank");
+    let default: Run = (&[], &[]);
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", embed.as_str(), "--model-id", rerank.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        let reply = s.post_json("/embeddings", &json!({"model": "tiny/modernbert-embed", "input": only_texts(&er)}));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let body = reply.json();
+        for (i, (at, _)) in texts(&er).into_iter().enumerate() {
+            let (g, w) = (floats(&body["data"][i]["embedding"]), floats(&er["vectors"][at]));
+            let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(d < 1e-4, "{flags:?} {env:?} text {i}: differs by {d}");
+        }
+        // Raw scores are the logits; documents keep their order in `index`.
+        let docs: Vec<&str> = rr["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+        let query = rr["query"].as_str().unwrap();
+        let body = json!({"model": "tiny/modernbert-rerank", "query": query, "documents": docs, "raw_scores": true});
+        let reply = s.post_json("/rerank", &body);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        for r in reply.json()["results"].as_array().unwrap() {
+            let i = r["index"].as_u64().unwrap() as usize;
+            let want = rr["logits"][i][0].as_f64().unwrap();
+            let got = r["relevance_score"].as_f64().unwrap();
+            assert!((got - want).abs() < 1e-4, "{flags:?} document {i}: {got} vs {want}");
+        }
+    }
+}

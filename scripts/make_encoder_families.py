@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Tiny seeded DistilBERT models, SPLADE sparse encoders and checkpoints saved as PyTorch pickles, with the
+outputs transformers and sentence-transformers compute for them.
+
+Run on a developer machine with torch (not in CI; the outputs are committed):
+    pip install sentence-transformers
+    python3 scripts/make_encoder_families.py tests/fixtures/tiny
+
+Writes
+- distilbert-embed: DistilBertModel through sentence-transformers' Transformer, Pooling (cls), Dense
+  (32 -> 16, tanh) and Normalize modules, saved by `SentenceTransformer.save` (its current file formats);
+- distilbert-classify: DistilBertForSequenceClassification (3 labels) whose weights are PyTorch pickles in two
+  shards with `pytorch_model.bin.index.json`, as transformers 4.x wrote checkpoints before safetensors;
+- distilbert-splade: DistilBertForMaskedLM as a sentence-transformers SparseEncoder (Transformer fill-mask +
+  SpladePooling max), saved by `SparseEncoder.save`;
+- modernbert-embed: ModernBertModel (3 layers: global, local, global; a local window of 8 tokens, shorter than
+  most texts) through sentence-transformers with CLS pooling and Normalize;
+- modernbert-rerank: ModernBertForSequenceClassification (1 label, `classifier_pooling: mean`) on (query,
+  document) pairs;
+- bert-splade: BertForMaskedLM as a plain transformers folder with one `pytorch_model.bin` (the tied decoder
+  weight stored twice, as old checkpoints have it), the way naver's SPLADE repositories ship; its reference is
+  sentence-transformers' SparseEncoder on that folder (which assumes SPLADE max pooling).
+"""
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_tiny_models import SEED, TEXTS, save, sentences, text_logits, wordpiece_tokenizer  # noqa: E402
+
+
+def distil_config(**kw):
+    from transformers import DistilBertConfig
+
+    base = dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, initializer_range=0.2,
+                dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0)
+    base.update(kw)
+    return DistilBertConfig(**base)
+
+
+def bert_config(**kw):
+    from transformers import BertConfig
+
+    base = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                max_position_embeddings=64)
+    base.update(kw)
+    return BertConfig(**base)
+
+
+def save_pickles(model, tokenizer, out, shards=1, tied=()):
+    """`torch.save` of the state dict, as transformers < 4.35 saved checkpoints; `tied` names extra keys that
+    old files carry for tied weights (the same tensor under a second name)."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if "position_ids" not in k}
+    for name, source in tied:
+        state[name] = state[source]
+    keys = sorted(state)
+    if shards == 1:
+        torch.save(state, out / "pytorch_model.bin")
+        return
+    per = (len(keys) + shards - 1) // shards
+    weight_map, total = {}, 0
+    for s in range(shards):
+        name = f"pytorch_model-{s + 1:05d}-of-{shards:05d}.bin"
+        part = {k: state[k] for k in keys[s * per:(s + 1) * per]}
+        torch.save(part, out / name)
+        weight_map.update({k: name for k in part})
+        total += sum(v.numel() * v.element_size() for v in part.values())
+    (out / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+
+
+def sparse_reference(encoder, texts, tokenizer):
+    dense = encoder.encode(texts, convert_to_tensor=True, convert_to_sparse_tensor=False)
+    vectors = []
+    for v in dense:
+        nz = torch.nonzero(v).flatten().tolist()
+        vectors.append({"indices": nz, "values": [float(v[i]) for i in nz]})
+    lengths = [len(tokenizer(t, truncation=True, max_length=64)["input_ids"]) for t in texts]
+    return {"texts": texts, "sparse": vectors, "vocab": int(dense.shape[1]), "token_counts": lengths}
+
+
+@torch.no_grad()
+def modernbert(out_root, wp, texts, tmp):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification, ModernBertModel
+
+    from make_tiny_models import DOCS, QUERY, pair_logits
+
+    def config(**kw):
+        # Biases on norms and the attention, unlike the real checkpoints, so that loading them is tested too;
+        # distinct rotary bases per layer type.
+        base = dict(vocab_size=len(wp), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                    num_attention_heads=4, max_position_embeddings=128, local_attention=8,
+                    global_attn_every_n_layers=2, initializer_range=0.2, pad_token_id=wp.pad_token_id,
+                    bos_token_id=wp.cls_token_id, eos_token_id=wp.sep_token_id, cls_token_id=wp.cls_token_id,
+                    sep_token_id=wp.sep_token_id,
+                    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+        base.update(kw)
+        return ModernBertConfig(**base)
+
+    def randomize_norms(m):
+        for name, p in m.named_parameters():
+            if "norm" in name:
+                torch.nn.init.normal_(p, mean=1.0 if name.endswith("weight") else 0.0, std=0.3)
+
+    torch.manual_seed(SEED + 40)
+    m = ModernBertModel(config(norm_bias=True, attention_bias=True)).eval()
+    randomize_norms(m)
+    save(m, wp, tmp)
+    st = SentenceTransformer(modules=[Transformer(str(tmp), max_seq_length=64), Pooling(32, pooling_mode="cls"),
+                                      Normalize()], device="cpu")
+    d = out_root / "modernbert-embed"
+    st.save(str(d), create_model_card=False)
+    st = SentenceTransformer(str(d), device="cpu")
+    vectors = st.encode(texts, convert_to_numpy=True).tolist()
+    lengths = [len(wp(t, truncation=True, max_length=64)["input_ids"]) for t in texts]
+    assert max(lengths) > 8, "some texts are longer than the local window"
+    (d / "reference.json").write_text(json.dumps({"texts": texts, "vectors": vectors, "token_counts": lengths},
+                                                  ensure_ascii=False, indent=1))
+
+    torch.manual_seed(SEED + 41)
+    m = ModernBertForSequenceClassification(config(num_labels=1, classifier_pooling="mean", mlp_bias=True,
+                                                   classifier_bias=True)).eval()
+    randomize_norms(m)
+    d = out_root / "modernbert-rerank"
+    save(m, wp, d)
+    logits, lengths = pair_logits(m, wp, QUERY, DOCS)
+    (d / "reference.json").write_text(json.dumps({"query": QUERY, "documents": DOCS, "logits": logits,
+                                                   "token_counts": lengths}, ensure_ascii=False, indent=1))
+
+
+@torch.no_grad()
+def main():
+    from sentence_transformers import SentenceTransformer, SparseEncoder
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+    from transformers import (BertForMaskedLM, DistilBertForMaskedLM, DistilBertForSequenceClassification,
+                              DistilBertModel)
+
+    out_root = Path(sys.argv[1])
+    wp = wordpiece_tokenizer(sentences())
+    # DistilBERT's tokenizers return no segment ids (its forward takes none).
+    wp.model_input_names = ["input_ids", "attention_mask"]
+    kw = dict(vocab_size=len(wp), pad_token_id=wp.pad_token_id)
+    texts = [t.strip() for t in TEXTS]
+    tmp = out_root / "_tmp"
+
+    # --- DistilBERT embedder with a Dense projection ---
+    torch.manual_seed(SEED + 30)
+    save(DistilBertModel(distil_config(**kw)).eval(), wp, tmp)
+    dense = Dense(32, 16, activation_function=torch.nn.Tanh())
+    torch.nn.init.normal_(dense.linear.weight, std=0.3)
+    torch.nn.init.normal_(dense.linear.bias, std=0.3)
+    st = SentenceTransformer(modules=[Transformer(str(tmp), max_seq_length=64), Pooling(32, pooling_mode="cls"),
+                                      dense, Normalize()], device="cpu")
+    d = out_root / "distilbert-embed"
+    st.save(str(d), create_model_card=False)
+    st = SentenceTransformer(str(d), device="cpu")
+    vectors = st.encode(texts, convert_to_numpy=True).tolist()
+    unnormalized = st.encode(texts, convert_to_numpy=True, output_value="sentence_embedding",
+                             normalize_embeddings=False)
+    lengths = [len(wp(t, truncation=True, max_length=64)["input_ids"]) for t in texts]
+    (d / "reference.json").write_text(json.dumps({"texts": texts, "vectors": vectors, "token_counts": lengths,
+                                                   "dim": len(vectors[0]),
+                                                   "unit": bool(abs(float((unnormalized[0] ** 2).sum()) - 1) < 1e-5)},
+                                                  ensure_ascii=False, indent=1))
+
+    # --- DistilBERT classifier, pickled in two shards ---
+    torch.manual_seed(SEED + 31)
+    labels = {0: "negative", 1: "neutral", 2: "positive"}
+    m = DistilBertForSequenceClassification(distil_config(num_labels=3, id2label=labels,
+                                                          label2id={v: k for k, v in labels.items()}, **kw)).eval()
+    d = out_root / "distilbert-classify"
+    save_pickles(m, wp, d, shards=2)
+    m.config.architectures = ["DistilBertForSequenceClassification"]
+    m.config.save_pretrained(d)
+    logits, lengths = text_logits(m, wp, TEXTS)
+    (d / "reference.json").write_text(json.dumps({"texts": TEXTS, "logits": logits, "token_counts": lengths},
+                                                  ensure_ascii=False, indent=1))
+
+    # --- DistilBERT SPLADE through sentence-transformers' SparseEncoder ---
+    torch.manual_seed(SEED + 32)
+    save(DistilBertForMaskedLM(distil_config(**kw)).eval(), wp, tmp)
+    enc = SparseEncoder(modules=[Transformer(str(tmp), transformer_task="fill-mask", max_seq_length=64),
+                                 SpladePooling("max")], device="cpu")
+    d = out_root / "distilbert-splade"
+    enc.save(str(d), create_model_card=False)
+    enc = SparseEncoder(str(d), device="cpu")
+    (d / "reference.json").write_text(json.dumps(sparse_reference(enc, texts, wp), ensure_ascii=False))
+
+    # --- BERT SPLADE as a plain transformers folder with a pickled checkpoint ---
+    torch.manual_seed(SEED + 33)
+    wp_bert = wordpiece_tokenizer(sentences())
+    m = BertForMaskedLM(bert_config(vocab_size=len(wp_bert), pad_token_id=wp_bert.pad_token_id)).eval()
+    d = out_root / "bert-splade"
+    save_pickles(m, wp_bert, d, tied=[("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+                                      ("cls.predictions.decoder.bias", "cls.predictions.bias")])
+    m.config.architectures = ["BertForMaskedLM"]
+    m.config.save_pretrained(d)
+    enc = SparseEncoder(str(d), device="cpu")
+    enc.max_seq_length = 64
+    (d / "reference.json").write_text(json.dumps(sparse_reference(enc, texts, wp_bert), ensure_ascii=False))
+
+    modernbert(out_root, wp, texts, tmp)
+
+    import shutil
+
+    shutil.rmtree(tmp)
+    for name in ["distilbert-embed", "distilbert-classify", "distilbert-splade", "bert-splade", "modernbert-embed",
+                 "modernbert-rerank"]:
+        p = out_root / name
+        (p / "README.md").unlink(missing_ok=True)
+        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        print(f"{name}: {size / 1024:.0f} KiB, {sorted(f.name for f in p.iterdir())}")
+
+
+if __name__ == "__main__":
+    main()
