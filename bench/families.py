@@ -34,6 +34,9 @@ FAMILIES = {
     "splade-distilbert": ("opensearch-neural-sparse-encoding-doc-v2-distill", "DistilBertForMaskedLM",
                           "DistilBertConfig", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072),
                           "splade", "splade"),
+    "modernbert": ("gte-modernbert-base", "ModernBertModel", "ModernBertConfig",
+                   dict(vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=22,
+                        num_attention_heads=12, pad_token_id=0), "cls", "auto"),
     "splade-bert": ("naver/splade-cocondenser-ensembledistil", "BertForMaskedLM", "BertConfig",
                     dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                          intermediate_size=3072), "splade", "splade"),
@@ -76,8 +79,10 @@ def pytorch(d, corpus, n, pooling, cls):
     tok = AutoTokenizer.from_pretrained(d)
     sents = [x.strip() for x in sts.sentences(corpus, n)]
     model = getattr(transformers, cls).from_pretrained(d).eval()
-    names = [k for k in ["input_ids", "attention_mask", "token_type_ids"]
-             if k in model.forward.__code__.co_varnames]
+    import inspect
+
+    accepted = inspect.signature(model.forward).parameters
+    names = [k for k in ["input_ids", "attention_mask", "token_type_ids"] if k in accepted]
     batches = [{k: v for k, v in tok(sents[i:i + 32], padding=True, truncation=True, max_length=256,
                                      return_tensors="pt").items() if k in names}
                for i in range(0, len(sents), 32)]
@@ -113,8 +118,8 @@ def main():
         d = make(name)
         f32, int8 = aleph(d, corpus, n, aleph_pooling)
         torch_rate, tv, trv = pytorch(d, corpus, n, pooling, cls)
-        print(f"| {name} ({checkpoint}) | {f32:.1} | {int8:.1} | {torch_rate:.1} | {f32 / torch_rate:.2}x | "
-              f"{int8 / torch_rate:.2}x |", flush=True)
+        print(f"| {name} ({checkpoint}) | {f32:.1f} | {int8:.1f} | {torch_rate:.1f} | {f32 / torch_rate:.2f}x | "
+              f"{int8 / torch_rate:.2f}x |", flush=True)
     print(json.dumps({"sentences": n, "torch": tv, "transformers": trv}))
 
 

@@ -17,6 +17,12 @@ Writes
   most texts) through sentence-transformers with CLS pooling and Normalize;
 - modernbert-rerank: ModernBertForSequenceClassification (1 label, `classifier_pooling: mean`) on (query,
   document) pairs;
+- gte-embed: a GTE embedder as Alibaba's remote code ships it (`model_type: new`, `auto_map` to
+  Alibaba-NLP/new-impl, no token types, rope_theta 500000, CLS pooling + Normalize); gte-rerank: a
+  GteForSequenceClassification as transformers 5 saves it (`model_type: gte`, two token types). Their references
+  are transformers 5.24's own port of that code (transformers/models/gte, which saves and loads the remote
+  code's tensor names; its conversion_mapping.py renames only the `new.` prefix): the remote code itself
+  (modeling.py of Alibaba-NLP/new-impl) does not run on transformers 5;
 - bert-splade: BertForMaskedLM as a plain transformers folder with one `pytorch_model.bin` (the tied decoder
   weight stored twice, as old checkpoints have it), the way naver's SPLADE repositories ship; its reference is
   sentence-transformers' SparseEncoder on that folder (which assumes SPLADE max pooling).
@@ -139,6 +145,64 @@ def modernbert(out_root, wp, texts, tmp):
 
 
 @torch.no_grad()
+def gte(out_root, texts, tmp):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import GteConfig, GteForSequenceClassification, GteModel
+
+    from make_tiny_models import DOCS, QUERY, pair_logits
+
+    wp = wordpiece_tokenizer(sentences())  # with segment ids: the reranker has two token types
+    small = dict(vocab_size=len(wp), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=48, max_position_embeddings=128, initializer_range=0.2, pad_token_id=wp.pad_token_id,
+                 hidden_dropout_prob=0.0)
+
+    torch.manual_seed(SEED + 50)
+    m = GteModel(GteConfig(type_vocab_size=0, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                           **small)).eval()
+    nt = PreTrainedTokenizerFast_without_types(wp)
+    save(m, nt, tmp)
+    st = SentenceTransformer(modules=[Transformer(str(tmp), max_seq_length=64), Pooling(32, pooling_mode="cls"),
+                                      Normalize()], device="cpu")
+    d = out_root / "gte-embed"
+    st.save(str(d), create_model_card=False)
+    vectors = SentenceTransformer(str(d), device="cpu").encode(texts, convert_to_numpy=True).tolist()
+    # The folder as Alibaba's repositories ship it: NewConfig's fields, the remote code in auto_map.
+    c = json.loads((d / "config.json").read_text())
+    remote = {"architectures": ["NewModel"], "model_type": "new",
+              "auto_map": {"AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
+                           "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel"},
+              "rope_theta": 500000.0, "layer_norm_type": "layer_norm", "position_embedding_type": "rope",
+              "pack_qkv": True, "unpad_inputs": False, "use_memory_efficient_attention": False,
+              "logn_attention_scale": False, "logn_attention_clip1": False, "rope_scaling": None}
+    for k in ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
+              "initializer_range", "hidden_dropout_prob", "attention_probs_dropout_prob"]:
+        remote[k] = c[k]
+    (d / "config.json").write_text(json.dumps(remote, indent=2))
+    lengths = [len(nt(t, truncation=True, max_length=64)["input_ids"]) for t in texts]
+    (d / "reference.json").write_text(json.dumps({"texts": texts, "vectors": vectors, "token_counts": lengths},
+                                                  ensure_ascii=False, indent=1))
+
+    torch.manual_seed(SEED + 51)
+    m = GteForSequenceClassification(GteConfig(num_labels=1, type_vocab_size=2, **small)).eval()
+    d = out_root / "gte-rerank"
+    save(m, wp, d)
+    logits, lengths = pair_logits(m, wp, QUERY, DOCS)
+    (d / "reference.json").write_text(json.dumps({"query": QUERY, "documents": DOCS, "logits": logits,
+                                                   "token_counts": lengths}, ensure_ascii=False, indent=1))
+
+
+def PreTrainedTokenizerFast_without_types(tok):
+    import copy
+
+    t = copy.deepcopy(tok)
+    t.model_input_names = ["input_ids", "attention_mask"]
+    return t
+
+
+@torch.no_grad()
 def main():
     from sentence_transformers import SentenceTransformer, SparseEncoder
     from sentence_transformers.base.modules import Dense, Normalize, Transformer
@@ -212,12 +276,13 @@ def main():
     (d / "reference.json").write_text(json.dumps(sparse_reference(enc, texts, wp_bert), ensure_ascii=False))
 
     modernbert(out_root, wp, texts, tmp)
+    gte(out_root, texts, tmp)
 
     import shutil
 
     shutil.rmtree(tmp)
     for name in ["distilbert-embed", "distilbert-classify", "distilbert-splade", "bert-splade", "modernbert-embed",
-                 "modernbert-rerank"]:
+                 "modernbert-rerank", "gte-embed", "gte-rerank"]:
         p = out_root / name
         (p / "README.md").unlink(missing_ok=True)
         size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())

@@ -2,7 +2,7 @@
 //! transformers and sentence-transformers computed (tests/fixtures/tiny, made by
 //! scripts/make_encoder_families.py): SPLADE through TEI's `/embed_sparse` and `/embeddings` with
 //! `encoding_format: "sparse"` (dense stays the default), DistilBERT with a Dense module and a classifier
-//! from pickles, ModernBERT's embedder and cross-encoder.
+//! from pickles, ModernBERT's and GTE's embedders and cross-encoders.
 
 mod common;
 
@@ -155,16 +155,26 @@ fn distilbert_embeds_and_classifies_on_every_path() {
 
 #[test]
 fn modernbert_embeds_and_reranks_on_every_path() {
-    let embed = tiny("modernbert-embed");
-    let rerank = tiny("modernbert-rerank");
-    let er = reference("modernbert-embed");
-    let rr = reference("modernbert-rerank");
+    embeds_and_reranks_on_every_path("modernbert");
+}
+
+#[test]
+fn gte_embeds_and_reranks_on_every_path() {
+    embeds_and_reranks_on_every_path("gte");
+}
+
+/// `tiny/{family}-embed` and `tiny/{family}-rerank` served together on each compute path.
+fn embeds_and_reranks_on_every_path(family: &str) {
+    let (embed_name, rerank_name) = (format!("{family}-embed"), format!("{family}-rerank"));
+    let (embed, rerank) = (tiny(&embed_name), tiny(&rerank_name));
+    let (er, rr) = (reference(&embed_name), reference(&rerank_name));
     let default: Run = (&[], &[]);
     for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
         let mut args = vec!["--model-id", embed.as_str(), "--model-id", rerank.as_str(), "--no-model-warmup"];
         args.extend_from_slice(flags);
         let s = Server::start_with_env(&args, env);
-        let reply = s.post_json("/embeddings", &json!({"model": "tiny/modernbert-embed", "input": only_texts(&er)}));
+        let reply =
+            s.post_json("/embeddings", &json!({"model": format!("tiny/{embed_name}"), "input": only_texts(&er)}));
         assert_eq!(reply.status, 200, "{}", reply.body);
         let body = reply.json();
         for (i, (at, _)) in texts(&er).into_iter().enumerate() {
@@ -175,7 +185,8 @@ fn modernbert_embeds_and_reranks_on_every_path() {
         // Raw scores are the logits; documents keep their order in `index`.
         let docs: Vec<&str> = rr["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
         let query = rr["query"].as_str().unwrap();
-        let body = json!({"model": "tiny/modernbert-rerank", "query": query, "documents": docs, "raw_scores": true});
+        let body =
+            json!({"model": format!("tiny/{rerank_name}"), "query": query, "documents": docs, "raw_scores": true});
         let reply = s.post_json("/rerank", &body);
         assert_eq!(reply.status, 200, "{}", reply.body);
         for r in reply.json()["results"].as_array().unwrap() {

@@ -19,6 +19,7 @@ use crate::error::{read_json, weights, ModelError};
 use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, PostStep, Residual};
 use crate::layers::Weights;
 use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, BertEncoder, Flavor};
+use crate::models::gte::{self, Gte, GteConfig, GteEncoder};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig, ModernBertEncoder};
 use crate::models::splade::{Splade, SpladeModel};
 use crate::pooling::{Pooling, PoolingChoice};
@@ -261,6 +262,38 @@ pub(super) fn load_modernbert(dir: &Path, arch: &ArchConfig, opts: &LoadOptions)
             dense: HostLinear::load_with(vb.pp("head").pp("dense"), h, h, cfg.classifier_bias).map_err(weights)?,
             act,
             norm: Some(HostNorm::load(vb.pp("head").pp("norm"), h, cfg.norm_bias, cfg.norm_eps).map_err(weights)?),
+            out: HostLinear::load(vb.pp("classifier"), h, labels).map_err(weights)?,
+        })
+    })
+}
+
+/// GTE (`new`, Alibaba's remote code, and transformers' `gte` port): embedders and cross-encoders (the BERT
+/// pooler on the first token, then the classifier).
+pub(super) fn load_gte(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let cfg = GteConfig::read(&dir.join("config.json"), &arch.model_type)?;
+    let setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
+    let vb = setup.vb.clone();
+    let (encoder, backend): (Box<dyn Encoder>, Compute) = match setup.backend {
+        Backend::Auto => {
+            let encoder: Box<dyn Encoder> = if setup.int8 {
+                let load = |w: &Weights<'_, Recording<Cpu>>| Gte::load(w, &cfg);
+                let run = |m: &Gte<Recording<Cpu>>, o: &Recording<Cpu>, b: &Batch| m.forward(o, b).map(drop);
+                let smoothing = calibrate(load, run, &setup.tokenizer, gte::root(vb.clone()))?;
+                Box::new(GteEncoder::load(Cpu::int8(smoothing), vb, &cfg)?)
+            } else {
+                Box::new(GteEncoder::load(Cpu::f32(), vb, &cfg)?)
+            };
+            (encoder, Compute::AlephCpu)
+        }
+        Backend::Candle => (Box::new(GteEncoder::load(Candle::new(setup.device.clone()), vb, &cfg)?), Compute::Candle),
+    };
+    let h = cfg.hidden_size;
+    setup.encoder_model(dir, encoder, backend, |vb, labels| {
+        Ok(Head::Classifier {
+            pooling: Pooling::Cls,
+            dense: HostLinear::load(gte::root(vb.clone()).pp("pooler").pp("dense"), h, h).map_err(weights)?,
+            act: DenseActivation::Tanh,
+            norm: None,
             out: HostLinear::load(vb.pp("classifier"), h, labels).map_err(weights)?,
         })
     })

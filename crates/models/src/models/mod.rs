@@ -8,6 +8,7 @@ pub mod clip;
 pub mod colpali;
 pub mod colqwen2;
 pub mod gemma;
+pub mod gte;
 pub mod htsat;
 pub mod modernbert;
 pub mod qwen2_vl;
