@@ -46,6 +46,8 @@ pub struct HandleConfig {
     pub dtype: &'static str,
     /// `--default-prompt-name`: the prompt for texts whose request names none.
     pub default_prompt_name: Option<String>,
+    /// `--truncate-dim`: the dimensions of an embedding whose request asks for none (0: all).
+    pub truncate_dim: usize,
 }
 
 /// One input to a model: a text, a (query, document) pair for a cross-encoder, or an encoded image
@@ -130,6 +132,15 @@ impl ModelHandle {
         pool: Arc<TokenizerPool>,
     ) -> Result<Self, ModelError> {
         let LoadedModel { model, tokenizer, images, audio, info } = loaded;
+        if config.truncate_dim > 0 && (config.truncate_dim > info.dim || info.task != Task::Embed || info.sparse) {
+            return Err(ModelError::InvalidOption(format!(
+                "--truncate-dim {} does not fit model `{name}` ({} dimensions, {:?}{})",
+                config.truncate_dim,
+                info.dim,
+                info.task,
+                if info.sparse { ", sparse" } else { "" }
+            )));
+        }
         let cache = match &config.vector_cache {
             Some(c) => Some(Arc::new(VectorCache::open(c).map_err(|e| {
                 ModelError::InvalidOption(format!("--vector-disk-cache: cannot use {}: {e}", c.dir.display()))
@@ -223,6 +234,11 @@ impl ModelHandle {
             Some(name) => self.info.prompts.get(name).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The dimensions an embedding request that names none gets: `--truncate-dim`, if set.
+    pub fn default_dimensions(&self) -> Option<usize> {
+        (self.config.truncate_dim > 0).then_some(self.config.truncate_dim)
     }
 
     /// The model's tokenizer (for `/tokenize` and `/decode`).

@@ -173,6 +173,11 @@ pub struct ServeArgs {
     )]
     pub embedding_dtype: Vec<String>,
 
+    /// Matryoshka: the embedding dimensions a request gets when it asks for none (sentence-transformers'
+    /// `truncate_dim`; renormalized when the model normalizes, as a request's `dimensions`); 0 keeps all.
+    #[arg(long, env = "ALEPH_TRUNCATE_DIM", value_delimiter = ';', help_heading = "Models")]
+    pub truncate_dim: Vec<String>,
+
     /// The prompt of the model's `config_sentence_transformers.json` prepended to texts whose request names
     /// none (TEI's flag; a request's `prompt_name` overrides it).
     #[arg(long, env = "ALEPH_DEFAULT_PROMPT_NAME", value_delimiter = ';', help_heading = "Models")]
@@ -323,6 +328,8 @@ pub struct ModelSpec {
     pub vector_disk_cache: bool,
     /// `--default-prompt-name`, checked against the model's prompts at load.
     pub default_prompt_name: Option<String>,
+    /// `--truncate-dim` (0: none), checked against the model's width at load.
+    pub truncate_dim: usize,
     pub warmup: bool,
     /// `--media-max-pixels`, applied by the model's image processor.
     pub max_image_pixels: u64,
@@ -357,6 +364,7 @@ impl ServeArgs {
         let trust = switch("--trust-remote-code", &self.trust_remote_code, self.no_trust_remote_code, n, true)?;
         let cache = switch("--vector-disk-cache", &self.vector_disk_cache, self.no_vector_disk_cache, n, false)?;
         let prompts = per_model("--default-prompt-name", &self.default_prompt_name, n)?;
+        let truncate_dim: Vec<Dimensions> = parsed("--truncate-dim", &self.truncate_dim, n, "0")?;
         let mut specs = Vec::with_capacity(n);
         for (i, id) in ids.iter().enumerate() {
             let device_ids = match device_ids[i].as_deref() {
@@ -378,6 +386,7 @@ impl ServeArgs {
                 trust_remote_code: trust[i],
                 vector_disk_cache: cache[i],
                 default_prompt_name: prompts[i].clone().filter(|p| !p.is_empty()),
+                truncate_dim: truncate_dim[i].0,
                 warmup: self.warmup(),
                 max_image_pixels: self.media_max_pixels,
                 max_audio_seconds: self.media_max_seconds,
@@ -494,6 +503,17 @@ impl std::str::FromStr for Engine {
 }
 
 /// A per-model flag parsed into its type, broadcast like [`per_model`].
+/// A `--truncate-dim` value.
+struct Dimensions(usize);
+
+impl std::str::FromStr for Dimensions {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.trim().parse().map(Dimensions).map_err(|_| format!("`{s}` is not a number of dimensions"))
+    }
+}
+
 fn parsed<T: std::str::FromStr<Err = String>>(
     flag: &str,
     values: &[String],

@@ -216,6 +216,7 @@ fn load_model(
         model_id: spec.model_id.clone(),
         revision: spec.revision.clone(),
         default_prompt_name: spec.default_prompt_name.clone(),
+        truncate_dim: spec.truncate_dim,
         dtype: match spec.dtype {
             aleph_models::DType::Int8 => "int8",
             _ => "float32",

@@ -358,3 +358,25 @@ fn json_depth_and_tokens_per_request_are_configurable_limits() {
     let v = s.post_json("/embeddings", &json!({"input": vec!["Hello world"; 4]})).assert_error(422);
     assert!(v["error"]["message"].as_str().unwrap().contains("16 tokens"), "{v}");
 }
+
+#[test]
+fn truncate_dim_is_the_default_dimensions() {
+    let m = minilm();
+    let s = serve(&["--truncate-dim", "64"]);
+    let full = Server::start(&["--model-id", &m, "--no-model-warmup"]);
+    let whole = floats(&full.post_json("/embeddings", &json!({"input": "Hello world"})).json()["data"][0]["embedding"]);
+    let cut = floats(&s.post_json("/embeddings", &json!({"input": "Hello world"})).json()["data"][0]["embedding"]);
+    assert_eq!(cut.len(), 64);
+    // The prefix, renormalized (MiniLM normalizes), as a request's `dimensions` gives it.
+    let norm = whole[..64].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(cut.iter().zip(&whole[..64]).all(|(c, w)| (c - w / norm).abs() < 1e-5));
+    // A request's own dimensions win; TEI's /embed and Cohere's v2 embed default the same way.
+    let asked = s.post_json("/embeddings", &json!({"input": "Hello world", "dimensions": 128})).json();
+    assert_eq!(asked["data"][0]["embedding"].as_array().unwrap().len(), 128);
+    assert_eq!(s.post_json("/embed", &json!({"inputs": "Hello world"})).json()[0].as_array().unwrap().len(), 64);
+    let cohere = s.post_json("/v2/embed", &json!({"texts": ["Hello world"], "input_type": "search_query"})).json();
+    assert_eq!(cohere["embeddings"]["float"][0].as_array().unwrap().len(), 64, "{cohere}");
+    // More dimensions than the model has: refused at start-up.
+    let e = Server::try_start(&["--model-id", &m, "--truncate-dim", "1000", "--no-model-warmup"], &[]).err().unwrap();
+    assert!(e.contains("--truncate-dim"), "{e}");
+}

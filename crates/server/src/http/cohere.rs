@@ -214,7 +214,7 @@ async fn embed_inner(
         );
     }
     let dim = model.info().dim;
-    let dims = match req.output_dimension {
+    let dims = match req.output_dimension.filter(|&d| d != 0).or(model.default_dimensions().map(|d| d as i64)) {
         None | Some(0) => dim,
         Some(d) if d >= 1 && d as u64 <= dim as u64 => d as usize,
         Some(d) => {

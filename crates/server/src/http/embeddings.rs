@@ -141,7 +141,8 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
             bytes.into_iter().map(wrap).collect()
         }
     };
-    let dims = validate_dimensions(req.dimensions, model.info().dim)?;
+    let requested = req.dimensions.filter(|&d| d != 0).or(model.default_dimensions().map(|d| d as i64));
+    let dims = validate_dimensions(requested, model.info().dim)?;
 
     let dtype = model.config().embedding_dtype;
     if dtype.packed() && req.encoding_format == EncodingFormat::Base64 {

@@ -407,7 +407,7 @@ async fn embed_request(state: &AppState, req: EmbedRequest) -> TeiResult {
     let output = if raw { OutputKind::Unnormalized } else { OutputKind::Default };
     let out = model.run_with(inputs, options(req.truncate, req.truncation_direction, output)).await?;
     let dim = model.info().dim;
-    let dims = match req.dimensions {
+    let dims = match req.dimensions.or(model.default_dimensions()) {
         Some(d) if d > dim => {
             return Err(TeiError::validation(
                 "Input validation error: `dimensions` should be smaller than the maximum embedding dimension.",
