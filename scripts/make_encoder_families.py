@@ -23,6 +23,10 @@ Writes
   are transformers 5.24's own port of that code (transformers/models/gte, which saves and loads the remote
   code's tensor names; its conversion_mapping.py renames only the `new.` prefix): the remote code itself
   (modeling.py of Alibaba-NLP/new-impl) does not run on transformers 5;
+- nomic-embed: a NomicBERT embedder as nomic-ai ships it (`model_type: nomic_bert`, the remote code's GPT-2-style
+  config names and `auto_map` to nomic-ai/nomic-bert-2048, rotary base 1000, SwiGLU, no biases, mean pooling +
+  Normalize); nomic-rerank: NomicBertForSequenceClassification as transformers 5 saves it. References from
+  transformers 5.24's port (transformers/models/nomic_bert), which saves and reads the remote code's tensor names;
 - bert-splade: BertForMaskedLM as a plain transformers folder with one `pytorch_model.bin` (the tied decoder
   weight stored twice, as old checkpoints have it), the way naver's SPLADE repositories ship; its reference is
   sentence-transformers' SparseEncoder on that folder (which assumes SPLADE max pooling).
@@ -194,6 +198,67 @@ def gte(out_root, texts, tmp):
                                                    "token_counts": lengths}, ensure_ascii=False, indent=1))
 
 
+@torch.no_grad()
+def nomic(out_root, texts, tmp):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import NomicBertConfig, NomicBertForSequenceClassification, NomicBertModel
+
+    from make_tiny_models import DOCS, QUERY, pair_logits
+
+    wp = wordpiece_tokenizer(sentences())
+    small = dict(vocab_size=len(wp), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=48, max_position_embeddings=128, initializer_range=0.2,
+                 pad_token_id=wp.pad_token_id)
+
+    def randomize_norms(m):
+        for name, p in m.named_parameters():
+            if "norm" in name or "emb_ln" in name or "LayerNorm" in name:
+                torch.nn.init.normal_(p, mean=1.0 if name.endswith("weight") else 0.0, std=0.3)
+
+    torch.manual_seed(SEED + 60)
+    m = NomicBertModel(NomicBertConfig(**small)).eval()
+    randomize_norms(m)
+    save(m, wp, tmp)
+    st = SentenceTransformer(modules=[Transformer(str(tmp), max_seq_length=64), Pooling(32, pooling_mode="mean"),
+                                      Normalize()], device="cpu")
+    d = out_root / "nomic-embed"
+    st.save(str(d), create_model_card=False)
+    vectors = SentenceTransformer(str(d), device="cpu").encode(texts, convert_to_numpy=True).tolist()
+    # The config as nomic-embed-text-v1.5 ships it: the remote code's names and flags.
+    c = json.loads((d / "config.json").read_text())
+    remote = {"architectures": ["NomicBertModel"], "model_type": "nomic_bert",
+              "auto_map": {"AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+                           "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"},
+              "activation_function": "swiglu", "bos_token_id": None, "eos_token_id": None, "causal": False,
+              "dense_seq_output": True, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0,
+              "fused_bias_fc": True, "fused_dropout_add_ln": True, "initializer_range": 0.2,
+              "layer_norm_epsilon": c["layer_norm_eps"], "max_trained_positions": 2048, "mlp_fc1_bias": False,
+              "mlp_fc2_bias": False, "n_embd": 32, "n_head": 4, "n_inner": 48, "n_layer": 2, "n_positions": 128,
+              "pad_vocab_size_multiple": 1, "parallel_block": False, "parallel_block_tied_norm": False,
+              "prenorm": False, "qkv_proj_bias": False, "reorder_and_upcast_attn": False, "rotary_emb_base": 1000,
+              "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False, "rotary_emb_scale_base": None,
+              "rotary_scaling_factor": None, "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
+              "summary_activation": None, "summary_first_dropout": 0.0, "summary_proj_to_labels": True,
+              "summary_type": "cls_index", "summary_use_proj": True, "type_vocab_size": 2, "use_cache": True,
+              "use_flash_attn": True, "use_rms_norm": False, "use_xentropy": True, "vocab_size": c["vocab_size"]}
+    assert c["rope_parameters"]["rope_theta"] == 1000.0 and c["hidden_act"] == "silu"
+    (d / "config.json").write_text(json.dumps(remote, indent=2))
+    lengths = [len(wp(t, truncation=True, max_length=64)["input_ids"]) for t in texts]
+    (d / "reference.json").write_text(json.dumps({"texts": texts, "vectors": vectors, "token_counts": lengths},
+                                                  ensure_ascii=False, indent=1))
+
+    torch.manual_seed(SEED + 61)
+    m = NomicBertForSequenceClassification(NomicBertConfig(num_labels=1, **small)).eval()
+    randomize_norms(m)
+    d = out_root / "nomic-rerank"
+    save(m, wp, d)
+    logits, lengths = pair_logits(m, wp, QUERY, DOCS)
+    (d / "reference.json").write_text(json.dumps({"query": QUERY, "documents": DOCS, "logits": logits,
+                                                   "token_counts": lengths}, ensure_ascii=False, indent=1))
+
+
 def PreTrainedTokenizerFast_without_types(tok):
     import copy
 
@@ -277,12 +342,13 @@ def main():
 
     modernbert(out_root, wp, texts, tmp)
     gte(out_root, texts, tmp)
+    nomic(out_root, texts, tmp)
 
     import shutil
 
     shutil.rmtree(tmp)
     for name in ["distilbert-embed", "distilbert-classify", "distilbert-splade", "bert-splade", "modernbert-embed",
-                 "modernbert-rerank", "gte-embed", "gte-rerank"]:
+                 "modernbert-rerank", "gte-embed", "gte-rerank", "nomic-embed", "nomic-rerank"]:
         p = out_root / name
         (p / "README.md").unlink(missing_ok=True)
         size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())

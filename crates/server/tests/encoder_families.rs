@@ -2,7 +2,8 @@
 //! transformers and sentence-transformers computed (tests/fixtures/tiny, made by
 //! scripts/make_encoder_families.py): SPLADE through TEI's `/embed_sparse` and `/embeddings` with
 //! `encoding_format: "sparse"` (dense stays the default), DistilBERT with a Dense module and a classifier
-//! from pickles, ModernBERT's and GTE's embedders and cross-encoders.
+//! from pickles, ModernBERT's, GTE's and NomicBERT's embedders and
+//! cross-encoders.
 
 mod common;
 
@@ -161,6 +162,11 @@ fn modernbert_embeds_and_reranks_on_every_path() {
 #[test]
 fn gte_embeds_and_reranks_on_every_path() {
     embeds_and_reranks_on_every_path("gte");
+}
+
+#[test]
+fn nomic_bert_embeds_and_reranks_on_every_path() {
+    embeds_and_reranks_on_every_path("nomic");
 }
 
 /// `tiny/{family}-embed` and `tiny/{family}-rerank` served together on each compute path.

@@ -281,28 +281,30 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
         "colqwen2" => return colqwen2::load_colqwen2(dir, &arch, opts),
         "siglip" => return siglip::load_siglip(dir, &arch, opts),
         "modernbert" => return text::load_modernbert(dir, &arch, opts),
-        "new" | "gte" => return text::load_gte(dir, &arch, opts),
+        "new" | "gte" | "nomic_bert" => return text::load_gte(dir, &arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => text::load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, modernbert, new (GTE), gte, clip, clap, colpali, colqwen2, siglip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, modernbert, new (GTE), gte, nomic_bert, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
         ))),
     }
 }
 
 /// Aleph runs no Python. A model whose repository ships its own modeling code loads only if Aleph
-/// implements that family (Alibaba's GTE `NewModel`, as `model_type: new`); other remote code is refused
+/// implements that family (Alibaba's GTE `NewModel`, Nomic's `NomicBertModel`); other remote code is refused
 /// rather than run as the plain architecture its `model_type` names (jina-bert-v2 says `bert`, and plain
 /// BERT would return wrong vectors). Without trust, transformers ignores `auto_map` and so does Aleph.
 pub fn check_remote_code(arch: &ArchConfig, trust: bool) -> Result<(), ModelError> {
     let Some(code) = arch.remote_model_code() else {
         return Ok(());
     };
-    // Aleph's own implementation of that code (models::gte).
-    if arch.model_type == "new" && code.contains(".New") {
+    // Aleph's own implementations of that code (models::gte): Alibaba's NewModel, Nomic's NomicBertModel.
+    if (arch.model_type == "new" && code.contains(".New"))
+        || (arch.model_type == "nomic_bert" && code.contains(".NomicBert"))
+    {
         return Ok(());
     }
     if !trust {

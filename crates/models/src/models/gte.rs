@@ -1,7 +1,13 @@
-//! GTE (gte-base-en-v1.5, gte-reranker-base, ...): Alibaba's `NewModel` (`model_type: "new"`, remote code) and
-//! transformers 5's port of it (`model_type: "gte"`), which saves the same tensor names. A post-norm BERT
-//! without position tables: rotary positions on queries and keys, a gated MLP (`up_gate_proj` holds the up
-//! rows, then the gate rows; the activation goes on the gate), optional token types, no final norm.
+//! Post-norm BERTs with rotary positions and a gated MLP, one definition for two families that differ only in
+//! names, biases and defaults:
+//! - GTE (gte-base-en-v1.5, ...): Alibaba's `NewModel` (`model_type: "new"`, remote code) and transformers 5's
+//!   port (`"gte"`), which saves the same tensor names; `up_gate_proj` holds the up rows, then the gate rows.
+//! - NomicBERT (nomic-embed-text-v1.5): `model_type: "nomic_bert"`, its remote code (contrastors) or
+//!   transformers 5's port, the same tensor names (`attn.Wqkv`, `mlp.fc11` up, `mlp.fc12` gate, `norm1`,
+//!   `norm2`, `emb_ln`); the remote code's config names its fields GPT-2's way (`n_embd`, ...).
+//!
+//! No position tables: rotary positions (rotate_half) on queries and keys; the activation goes on the gate;
+//! optional token types; no final norm.
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
@@ -11,12 +17,13 @@ use crate::backend::{Activation, AttentionSpec, Norm, Ops};
 use crate::batch::Batch;
 use crate::encoder::{Encoder, TokenStates};
 use crate::error::{weights, ModelError};
-use crate::layers::{rotary, GatedMlp, Positional, Scratch, SelfAttention, Weights};
+use crate::layers::{rotary, FeedForward, GatedMlp, Mlp, Positional, Scratch, SelfAttention, Weights};
 
 /// `config.json`, every field resolved with the defaults of the class the checkpoint names: `NewConfig` (the
 /// remote code) or transformers' `GteConfig`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GteConfig {
+    pub family: Family,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
@@ -29,6 +36,18 @@ pub struct GteConfig {
     pub rms_norm: bool,
     pub rope_theta: f64,
     pub pack_qkv: bool,
+    /// NomicBERT's optional biases (GTE always has them on the projections, never on up/gate).
+    pub qkv_bias: bool,
+    pub mlp_up_bias: bool,
+    pub mlp_down_bias: bool,
+    /// The MLP is gated (GTE always; NomicBERT with `swiglu`).
+    pub gated: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Gte,
+    Nomic,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -49,12 +68,35 @@ struct File {
     rope_parameters: Option<serde_json::Value>,
     pack_qkv: Option<bool>,
     logn_attention_scale: Option<bool>,
+    // NomicBERT's remote-code names (its config class subclasses GPT2Config).
+    n_embd: Option<usize>,
+    n_layer: Option<usize>,
+    n_head: Option<usize>,
+    n_inner: Option<usize>,
+    n_positions: Option<usize>,
+    activation_function: Option<String>,
+    layer_norm_epsilon: Option<f64>,
+    rotary_emb_base: Option<f64>,
+    rotary_emb_fraction: Option<f64>,
+    rotary_emb_interleaved: Option<bool>,
+    rotary_emb_scale_base: Option<f64>,
+    rotary_scaling_factor: Option<f64>,
+    qkv_proj_bias: Option<bool>,
+    mlp_fc1_bias: Option<bool>,
+    mlp_fc2_bias: Option<bool>,
+    prenorm: Option<bool>,
+    use_rms_norm: Option<bool>,
+    causal: Option<bool>,
+    num_experts: Option<usize>,
 }
 
 impl GteConfig {
     /// Reads `config.json` of `model_type` `new` or `gte`, refusing what Aleph does not compute.
     pub fn read(path: &std::path::Path, model_type: &str) -> Result<Self, ModelError> {
         let f: File = crate::error::read_json(path)?;
+        if model_type == "nomic_bert" {
+            return Self::nomic(f);
+        }
         let native = model_type == "gte";
         let unsupported = |what: String| Err(ModelError::Unsupported(what));
         if let Some(p) = f.position_embedding_type.as_deref().filter(|p| *p != "rope") {
@@ -81,6 +123,7 @@ impl GteConfig {
             other => return unsupported(format!("layer_norm_type `{other}`")),
         };
         let cfg = GteConfig {
+            family: Family::Gte,
             vocab_size: f.vocab_size.unwrap_or(if native { 250_048 } else { 30_528 }),
             hidden_size: f.hidden_size.unwrap_or(768),
             num_hidden_layers: f.num_hidden_layers.unwrap_or(12),
@@ -93,19 +136,99 @@ impl GteConfig {
             rms_norm,
             rope_theta: theta,
             pack_qkv: f.pack_qkv.unwrap_or(true),
+            qkv_bias: true,
+            mlp_up_bias: false,
+            mlp_down_bias: true,
+            gated: true,
         };
-        let (h, heads) = (cfg.hidden_size, cfg.num_attention_heads);
-        if heads == 0 || !h.is_multiple_of(heads) || !(h / heads).is_multiple_of(2) {
-            return unsupported(format!("hidden_size {h} over num_attention_heads {heads}"));
+        cfg.check()
+    }
+
+    /// NomicBERT, from transformers' `NomicBertConfig` names or the remote code's GPT-2 names (whose class
+    /// defaults are GPT2Config's, overridden by NomicBertConfig's: rotary base 10000, fraction 0, biases on).
+    fn nomic(f: File) -> Result<Self, ModelError> {
+        let unsupported = |what: String| Err(ModelError::Unsupported(what));
+        let remote = f.n_embd.is_some() || f.activation_function.is_some() || f.rotary_emb_fraction.is_some();
+        if remote {
+            if f.rotary_emb_fraction != Some(1.0) {
+                return unsupported(format!(
+                    "NomicBERT rotary_emb_fraction {:?} (only rotary positions on whole heads, 1.0)",
+                    f.rotary_emb_fraction.unwrap_or(0.0)
+                ));
+            }
+            if f.rotary_emb_interleaved == Some(true) || f.rotary_emb_scale_base.is_some() {
+                return unsupported("NomicBERT interleaved or xPos rotary embeddings".into());
+            }
+            if f.rotary_scaling_factor.is_some_and(|s| s != 1.0) {
+                return unsupported(format!("NomicBERT rotary_scaling_factor {:?}", f.rotary_scaling_factor));
+            }
+            if f.prenorm == Some(true) || f.use_rms_norm == Some(true) || f.causal == Some(true) {
+                return unsupported("NomicBERT with prenorm, RMS norms or causal attention".into());
+            }
         }
-        Ok(cfg)
+        if f.num_experts.is_some_and(|n| n > 0) {
+            return unsupported("NomicBERT mixture-of-experts layers (nomic-embed-text-v2-moe)".into());
+        }
+        let act = f
+            .activation_function
+            .clone()
+            .or(f.hidden_act.clone())
+            .unwrap_or_else(|| if remote { "gelu_new" } else { "silu" }.into());
+        let (gated, hidden_act) = match act.as_str() {
+            "swiglu" => (true, "silu".to_string()),
+            _ if !remote => (true, act.clone()),
+            _ => (false, act.clone()),
+        };
+        let mut theta = f.rotary_emb_base.unwrap_or(if remote { 10_000.0 } else { 1000.0 });
+        if let Some(p) = f.rope_parameters.as_ref().filter(|p| !p.is_null()) {
+            let kind = p.get("rope_type").and_then(|t| t.as_str()).unwrap_or("default");
+            if kind != "default" {
+                return unsupported(format!("rope_type `{kind}` (only the default rotary embedding)"));
+            }
+            theta = p.get("rope_theta").and_then(|t| t.as_f64()).unwrap_or(theta);
+        }
+        let hidden = f.n_embd.or(f.hidden_size).unwrap_or(768);
+        let bias = |b: Option<bool>| if remote { b.unwrap_or(true) } else { false };
+        GteConfig {
+            family: Family::Nomic,
+            vocab_size: f.vocab_size.unwrap_or(if remote { 50_257 } else { 30_528 }),
+            hidden_size: hidden,
+            num_hidden_layers: f.n_layer.or(f.num_hidden_layers).unwrap_or(12),
+            num_attention_heads: f.n_head.or(f.num_attention_heads).unwrap_or(12),
+            // The remote code's `n_inner` may be absent; the checkpoint's fc11 gives the width (see `load`).
+            intermediate_size: f.n_inner.or(f.intermediate_size).unwrap_or(if remote { 0 } else { 3072 }),
+            hidden_act,
+            max_position_embeddings: f.n_positions.or(f.max_position_embeddings).unwrap_or(if remote {
+                1024
+            } else {
+                2048
+            }),
+            type_vocab_size: f.type_vocab_size.unwrap_or(2),
+            layer_norm_eps: f.layer_norm_epsilon.or(f.layer_norm_eps).unwrap_or(if remote { 1e-5 } else { 1e-12 }),
+            rms_norm: false,
+            rope_theta: theta,
+            pack_qkv: true,
+            qkv_bias: bias(f.qkv_proj_bias),
+            mlp_up_bias: bias(f.mlp_fc1_bias),
+            mlp_down_bias: bias(f.mlp_fc2_bias),
+            gated,
+        }
+        .check()
+    }
+
+    fn check(self) -> Result<Self, ModelError> {
+        let (h, heads) = (self.hidden_size, self.num_attention_heads);
+        if heads == 0 || !h.is_multiple_of(heads) || !(h / heads).is_multiple_of(2) {
+            return Err(ModelError::Unsupported(format!("hidden_size {h} over num_attention_heads {heads}")));
+        }
+        Ok(self)
     }
 }
 
 struct Layer<O: Ops> {
     attention: SelfAttention<O>,
     attn_norm: Norm<O::Param>,
-    mlp: GatedMlp<O>,
+    mlp: FeedForward<O>,
     mlp_norm: Norm<O::Param>,
 }
 
@@ -126,39 +249,77 @@ pub struct Gte<O: Ops> {
 impl<O: Ops> Gte<O> {
     /// Loads from weights rooted where `embeddings.*` and `encoder.*` live (see [`root`]).
     pub fn load(w: &Weights<O>, cfg: &GteConfig) -> Result<Self, ModelError> {
-        let (h, i, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
+        let (h, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
         let start = w.bytes();
         let norm = |w: &Weights<O>| if cfg.rms_norm { w.rms_norm(h, eps, false) } else { w.layer_norm(h, eps) };
         let act = Activation::parse(&cfg.hidden_act)?;
         let spec = AttentionSpec::new(h, cfg.num_attention_heads, false);
         let emb = w.pp("embeddings");
+        let nomic = cfg.family == Family::Nomic;
+        // The MLP's width, from the checkpoint where the config may not say it (NomicBERT's `n_inner`).
+        let up_name =
+            if nomic { "encoder.layers.0.mlp.fc11.weight" } else { "encoder.layer.0.mlp.up_gate_proj.weight" };
+        let i = match (cfg.intermediate_size, w.vb().get_unchecked(up_name)) {
+            (0, Ok(t)) => t.dims2().map_err(weights)?.0 / if nomic { 1 } else { 2 },
+            (i, _) => i,
+        };
         let layers = (0..cfg.num_hidden_layers)
             .map(|n| {
-                let l = w.pp("encoder").pp("layer").pp(n);
-                let a = l.pp("attention");
-                let qkv = if cfg.pack_qkv {
-                    a.pp("qkv_proj").linear(h, 3 * h, true)?
+                let layer = if nomic {
+                    let l = w.pp("encoder").pp("layers").pp(n);
+                    let (a, mlp) = (l.pp("attn"), l.pp("mlp"));
+                    // fc11 is the up (value) projection, fc12 the gate.
+                    let ff = if cfg.gated {
+                        FeedForward::Gated(GatedMlp {
+                            gate_up: mlp.linear_cat(&[("fc12", i), ("fc11", i)], h, cfg.mlp_up_bias)?,
+                            down: mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
+                            act,
+                        })
+                    } else {
+                        FeedForward::Plain(Mlp {
+                            fc1: mlp.pp("fc1").linear(h, i, cfg.mlp_up_bias)?,
+                            fc2: mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
+                            act,
+                        })
+                    };
+                    Layer {
+                        attention: SelfAttention {
+                            qkv: a.pp("Wqkv").linear(h, 3 * h, cfg.qkv_bias)?,
+                            out: a.pp("out_proj").linear(h, h, cfg.qkv_bias)?,
+                            spec,
+                        },
+                        attn_norm: norm(&l.pp("norm1"))?,
+                        mlp: ff,
+                        mlp_norm: norm(&l.pp("norm2"))?,
+                    }
                 } else {
-                    a.linear_cat(&[("q_proj", h), ("k_proj", h), ("v_proj", h)], h, true)?
+                    let l = w.pp("encoder").pp("layer").pp(n);
+                    let a = l.pp("attention");
+                    let qkv = if cfg.pack_qkv {
+                        a.pp("qkv_proj").linear(h, 3 * h, true)?
+                    } else {
+                        a.linear_cat(&[("q_proj", h), ("k_proj", h), ("v_proj", h)], h, true)?
+                    };
+                    // Up rows, then gate rows; the backend's gated MLP wants the gate first.
+                    let mlp = l.pp("mlp");
+                    let up_gate = mlp.vb().get((2 * i, h), "up_gate_proj.weight").map_err(weights)?;
+                    let gate_up = Tensor::cat(
+                        &[up_gate.narrow(0, i, i).map_err(weights)?, up_gate.narrow(0, 0, i).map_err(weights)?],
+                        0,
+                    )
+                    .map_err(weights)?;
+                    Layer {
+                        attention: SelfAttention { qkv, out: a.pp("o_proj").linear(h, h, true)?, spec },
+                        attn_norm: norm(&l.pp("attn_ln"))?,
+                        mlp: FeedForward::Gated(GatedMlp {
+                            gate_up: mlp.pp("up_gate_proj").linear_from(gate_up, None)?,
+                            down: mlp.pp("down_proj").linear(i, h, true)?,
+                            act,
+                        }),
+                        mlp_norm: norm(&l.pp("mlp_ln"))?,
+                    }
                 };
-                // Up rows, then gate rows; the backend's gated MLP wants the gate first.
-                let mlp = l.pp("mlp");
-                let up_gate = mlp.vb().get((2 * i, h), "up_gate_proj.weight").map_err(weights)?;
-                let gate_up = Tensor::cat(
-                    &[up_gate.narrow(0, i, i).map_err(weights)?, up_gate.narrow(0, 0, i).map_err(weights)?],
-                    0,
-                )
-                .map_err(weights)?;
-                Ok(Layer {
-                    attention: SelfAttention { qkv, out: a.pp("o_proj").linear(h, h, true)?, spec },
-                    attn_norm: norm(&l.pp("attn_ln"))?,
-                    mlp: GatedMlp {
-                        gate_up: mlp.pp("up_gate_proj").linear_from(gate_up, None)?,
-                        down: mlp.pp("down_proj").linear(i, h, true)?,
-                        act,
-                    },
-                    mlp_norm: norm(&l.pp("mlp_ln"))?,
-                })
+                Ok(layer)
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         let head_dim = h / cfg.num_attention_heads;
@@ -168,7 +329,11 @@ impl<O: Ops> Gte<O> {
                 0 => None,
                 types => Some(emb.pp("token_type_embeddings").table(types, h)?),
             },
-            emb_norm: emb.pp("LayerNorm").layer_norm(h, eps)?,
+            emb_norm: if nomic {
+                w.pp("emb_ln").layer_norm(h, eps)?
+            } else {
+                emb.pp("LayerNorm").layer_norm(h, eps)?
+            },
             layers,
             hidden: h,
             vocab: cfg.vocab_size,
@@ -243,9 +408,10 @@ impl<O: Ops> Encoder for GteEncoder<O> {
     }
 }
 
-/// Task checkpoints nest the encoder under `new.` (the remote code) or `gte.` (transformers' port).
+/// Task checkpoints nest the encoder under `new.` (GTE's remote code), `gte.` or `nomic_bert.` (transformers'
+/// ports).
 pub fn root(vb: VarBuilder) -> VarBuilder {
-    for prefix in ["new", "gte"] {
+    for prefix in ["new", "gte", "nomic_bert"] {
         if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
             return vb.pp(prefix);
         }
@@ -285,6 +451,40 @@ mod tests {
         ] {
             let err = read(refused, "new").unwrap_err().to_string();
             assert!(err.contains(field), "{refused}: {err}");
+        }
+    }
+
+    #[test]
+    fn nomic_reads_the_remote_codes_names_and_refuses_what_it_does_not_run() {
+        let v15 = r#"{"n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 8192, "activation_function": "swiglu",
+                      "rotary_emb_fraction": 1.0, "rotary_emb_base": 1000, "qkv_proj_bias": false,
+                      "mlp_fc1_bias": false, "mlp_fc2_bias": false, "layer_norm_epsilon": 1e-12, "vocab_size": 30528}"#;
+        let c = read(v15, "nomic_bert").unwrap();
+        assert_eq!(
+            (c.hidden_size, c.num_hidden_layers, c.max_position_embeddings, c.rope_theta),
+            (768, 12, 8192, 1000.0)
+        );
+        assert!(c.gated && !c.qkv_bias && !c.mlp_up_bias && c.hidden_act == "silu");
+        // No n_inner: the width comes from the checkpoint at load.
+        assert_eq!(c.intermediate_size, 0);
+        // transformers' own NomicBertConfig names and defaults.
+        let native = read("{}", "nomic_bert").unwrap();
+        assert_eq!((native.rope_theta, native.intermediate_size, native.layer_norm_eps), (1000.0, 3072, 1e-12));
+        for (refused, what) in [
+            (r#"{"activation_function": "swiglu", "rotary_emb_fraction": 0.5}"#, "rotary_emb_fraction"),
+            (
+                r#"{"activation_function": "swiglu", "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": true}"#,
+                "interleaved",
+            ),
+            (
+                r#"{"activation_function": "swiglu", "rotary_emb_fraction": 1.0, "rotary_scaling_factor": 2.0}"#,
+                "scaling",
+            ),
+            (r#"{"activation_function": "gelu", "rotary_emb_fraction": 1.0, "num_experts": 8}"#, "mixture-of-experts"),
+            (r#"{"activation_function": "swiglu", "rotary_emb_fraction": 1.0, "prenorm": true}"#, "prenorm"),
+        ] {
+            let err = read(refused, "nomic_bert").unwrap_err().to_string();
+            assert!(err.contains(what), "{refused}: {err}");
         }
     }
 }
