@@ -1,7 +1,11 @@
 //! What every encoder backend produces: one hidden state per real token, packed like the batch.
 
+use candle_nn::VarBuilder;
+
+use crate::backend::Ops;
 use crate::batch::Batch;
 use crate::error::ModelError;
+use crate::layers::Weights;
 
 /// Turns a batch into per-token hidden states. Heads (pooling, classifiers) work on the result.
 pub trait Encoder: Send + Sync {
@@ -9,6 +13,48 @@ pub trait Encoder: Send + Sync {
     /// Bytes of weights held in memory.
     fn weight_bytes(&self) -> u64;
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError>;
+}
+
+/// A text encoder family written over [`Ops`] (BERT, ModernBERT, GTE): [`OnBackend`] makes it an [`Encoder`].
+pub trait TokenEncoder<O: Ops>: Send + Sync {
+    fn hidden_size(&self) -> usize;
+    /// Bytes of weights the backend prepared.
+    fn weight_bytes(&self) -> usize;
+    /// Every real token's final hidden state, packed like the batch: `[tokens, hidden]`.
+    fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError>;
+}
+
+/// A family's encoder with the backend that computes it.
+pub struct OnBackend<O: Ops, M> {
+    ops: O,
+    model: M,
+}
+
+impl<O: Ops, M: TokenEncoder<O>> OnBackend<O, M> {
+    /// Reads the model with `load` from weights rooted at `vb`, prepared by `ops`.
+    pub fn load(
+        ops: O,
+        vb: VarBuilder,
+        load: impl FnOnce(&Weights<O>) -> Result<M, ModelError>,
+    ) -> Result<Self, ModelError> {
+        let model = load(&Weights::new(vb, &ops))?;
+        Ok(OnBackend { ops, model })
+    }
+}
+
+impl<O: Ops, M: TokenEncoder<O>> Encoder for OnBackend<O, M> {
+    fn hidden_size(&self) -> usize {
+        self.model.hidden_size()
+    }
+
+    fn weight_bytes(&self) -> u64 {
+        self.model.weight_bytes() as u64
+    }
+
+    fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
+        let x = self.model.forward(&self.ops, batch)?;
+        Ok(TokenStates { hidden: self.model.hidden_size(), data: self.ops.download(x)? })
+    }
 }
 
 /// Hidden states for every real token: row `t` of sequence `i` is at

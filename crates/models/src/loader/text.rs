@@ -13,14 +13,15 @@ use super::{
 use crate::backend::candle::Candle;
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
+use crate::backend::Ops;
 use crate::batch::{Batch, Output};
-use crate::encoder::Encoder;
+use crate::encoder::{Encoder, OnBackend, TokenEncoder};
 use crate::error::{read_json, weights, ModelError};
 use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, PostStep, Residual};
 use crate::layers::Weights;
-use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, BertEncoder, Flavor};
-use crate::models::gte::{self, Gte, GteConfig, GteEncoder};
-use crate::models::modernbert::{self, ModernBert, ModernBertConfig, ModernBertEncoder};
+use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
+use crate::models::gte::{self, Gte, GteConfig};
+use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::models::splade::{Splade, SpladeModel};
 use crate::pooling::{Pooling, PoolingChoice};
 use crate::st_config::{DenseActivation, PostModule, SentenceTransformerConfig};
@@ -191,22 +192,7 @@ pub(super) fn load_bert_family(
         setup.info.token_outputs = false;
         return setup.finish(dir, model, backend, bytes);
     }
-    let (encoder, backend): (Box<dyn Encoder>, Compute) = match setup.backend {
-        Backend::Auto => {
-            let encoder: Box<dyn Encoder> = if setup.int8 {
-                let load = |w: &Weights<'_, Recording<Cpu>>| Bert::load(w, &cfg, flavor);
-                let run = |m: &Bert<Recording<Cpu>>, o: &Recording<Cpu>, b: &Batch| m.forward(o, b).map(drop);
-                let smoothing = calibrate(load, run, &setup.tokenizer, bert::root(vb.clone()))?;
-                Box::new(BertEncoder::load(Cpu::int8(smoothing), vb, &cfg, flavor)?)
-            } else {
-                Box::new(BertEncoder::load(Cpu::f32(), vb, &cfg, flavor)?)
-            };
-            (encoder, Compute::AlephCpu)
-        }
-        Backend::Candle => {
-            (Box::new(BertEncoder::load(Candle::new(setup.device.clone()), vb, &cfg, flavor)?), Compute::Candle)
-        }
-    };
+    let (encoder, backend) = encoder_of(&BertFamily(&cfg, flavor), &setup, bert::root(vb))?;
     let h = cfg.hidden_size;
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
         let (dense, act, out) = match class {
@@ -232,22 +218,7 @@ pub(super) fn load_modernbert(dir: &Path, arch: &ArchConfig, opts: &LoadOptions)
     cfg.check()?;
     let setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
     let vb = setup.vb.clone();
-    let (encoder, backend): (Box<dyn Encoder>, Compute) = match setup.backend {
-        Backend::Auto => {
-            let encoder: Box<dyn Encoder> = if setup.int8 {
-                let load = |w: &Weights<'_, Recording<Cpu>>| ModernBert::load(w, &cfg);
-                let run = |m: &ModernBert<Recording<Cpu>>, o: &Recording<Cpu>, b: &Batch| m.forward(o, b).map(drop);
-                let smoothing = calibrate(load, run, &setup.tokenizer, modernbert::root(vb.clone()))?;
-                Box::new(ModernBertEncoder::load(Cpu::int8(smoothing), vb, &cfg)?)
-            } else {
-                Box::new(ModernBertEncoder::load(Cpu::f32(), vb, &cfg)?)
-            };
-            (encoder, Compute::AlephCpu)
-        }
-        Backend::Candle => {
-            (Box::new(ModernBertEncoder::load(Candle::new(setup.device.clone()), vb, &cfg)?), Compute::Candle)
-        }
-    };
+    let (encoder, backend) = encoder_of(&cfg, &setup, modernbert::root(vb))?;
     let h = cfg.hidden_size;
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
         let act = match cfg.classifier_activation.as_str() {
@@ -273,20 +244,7 @@ pub(super) fn load_gte(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Res
     let cfg = GteConfig::read(&dir.join("config.json"), &arch.model_type)?;
     let setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
     let vb = setup.vb.clone();
-    let (encoder, backend): (Box<dyn Encoder>, Compute) = match setup.backend {
-        Backend::Auto => {
-            let encoder: Box<dyn Encoder> = if setup.int8 {
-                let load = |w: &Weights<'_, Recording<Cpu>>| Gte::load(w, &cfg);
-                let run = |m: &Gte<Recording<Cpu>>, o: &Recording<Cpu>, b: &Batch| m.forward(o, b).map(drop);
-                let smoothing = calibrate(load, run, &setup.tokenizer, gte::root(vb.clone()))?;
-                Box::new(GteEncoder::load(Cpu::int8(smoothing), vb, &cfg)?)
-            } else {
-                Box::new(GteEncoder::load(Cpu::f32(), vb, &cfg)?)
-            };
-            (encoder, Compute::AlephCpu)
-        }
-        Backend::Candle => (Box::new(GteEncoder::load(Candle::new(setup.device.clone()), vb, &cfg)?), Compute::Candle),
-    };
+    let (encoder, backend) = encoder_of(&cfg, &setup, gte::root(vb))?;
     let h = cfg.hidden_size;
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
         Ok(Head::Classifier {
@@ -296,6 +254,55 @@ pub(super) fn load_gte(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Res
             norm: None,
             out: HostLinear::load(vb.pp("classifier"), h, labels).map_err(weights)?,
         })
+    })
+}
+
+/// A text family's encoder definition, loadable on any backend.
+trait TextFamily {
+    type Model<O: Ops>: TokenEncoder<O> + 'static;
+    fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Self::Model<O>, ModelError>;
+}
+
+struct BertFamily<'a>(&'a BertConfig, Flavor);
+
+impl TextFamily for BertFamily<'_> {
+    type Model<O: Ops> = Bert<O>;
+    fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Bert<O>, ModelError> {
+        Bert::load(w, self.0, self.1)
+    }
+}
+
+impl TextFamily for ModernBertConfig {
+    type Model<O: Ops> = ModernBert<O>;
+    fn load<O: Ops>(&self, w: &Weights<O>) -> Result<ModernBert<O>, ModelError> {
+        ModernBert::load(w, self)
+    }
+}
+
+impl TextFamily for GteConfig {
+    type Model<O: Ops> = Gte<O>;
+    fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Gte<O>, ModelError> {
+        Gte::load(w, self)
+    }
+}
+
+/// `family`'s encoder, rooted at `vb`, on the setup's backend: Aleph's kernels (int8 smoothed from the
+/// family's own calibration run) or candle.
+fn encoder_of(
+    family: &impl TextFamily,
+    setup: &Setup,
+    vb: VarBuilder<'static>,
+) -> Result<(Box<dyn Encoder>, Compute), ModelError> {
+    Ok(match setup.backend {
+        Backend::Auto if setup.int8 => {
+            let run = |m: &_, o: &Recording<Cpu>, b: &Batch| TokenEncoder::forward(m, o, b).map(drop);
+            let smoothing = calibrate(|w| family.load(w), run, &setup.tokenizer, vb.clone())?;
+            (Box::new(OnBackend::load(Cpu::int8(smoothing), vb, |w| family.load(w))?), Compute::AlephCpu)
+        }
+        Backend::Auto => (Box::new(OnBackend::load(Cpu::f32(), vb, |w| family.load(w))?), Compute::AlephCpu),
+        Backend::Candle => {
+            (Box::new(OnBackend::load(Candle::new(setup.device.clone()), vb, |w| family.load(w))?), Compute::Candle)
+        }
     })
 }
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::backend::{Activation, AttentionSpec, Norm, Ops, Post, RelativeBias};
 use crate::batch::Batch;
-use crate::encoder::{Encoder, TokenStates};
+use crate::encoder::TokenEncoder;
 use crate::error::ModelError;
 use crate::layers::{Mlp, Positional, Scratch, SelfAttention, Weights};
 
@@ -368,11 +368,7 @@ impl<O: Ops> Bert<O> {
         {
             return Err(ModelError::Forward(format!("token id {id} or position {pos} is outside the model's tables")));
         }
-        // One token type: its row for every token. Several: the tokenizer's segment ids, clamped.
-        let types: Vec<u32> = match self.types {
-            0 | 1 => vec![0; tokens],
-            n => batch.token_type_ids.iter().map(|&t| t.min(n as u32 - 1)).collect(),
-        };
+        let types = segment_ids(batch, self.types);
         let mut tables = vec![(&self.word, &batch.input_ids[..]), (&self.position, &positions[..])];
         if let Some(tt) = &self.token_type {
             tables.push((tt, &types[..]));
@@ -407,31 +403,26 @@ impl<O: Ops> Bert<O> {
     }
 }
 
-/// A BERT-family encoder with the backend that computes it.
-pub struct BertEncoder<O: Ops> {
-    ops: O,
-    bert: Bert<O>,
-}
-
-impl<O: Ops> BertEncoder<O> {
-    pub fn load(ops: O, vb: VarBuilder, cfg: &BertConfig, flavor: Flavor) -> Result<Self, ModelError> {
-        let bert = Bert::load(&Weights::new(root(vb), &ops), cfg, flavor)?;
-        Ok(BertEncoder { ops, bert })
-    }
-}
-
-impl<O: Ops> Encoder for BertEncoder<O> {
+impl<O: Ops> TokenEncoder<O> for Bert<O> {
     fn hidden_size(&self) -> usize {
-        self.bert.hidden
+        self.hidden
     }
 
-    fn weight_bytes(&self) -> u64 {
-        self.bert.weight_bytes as u64
+    fn weight_bytes(&self) -> usize {
+        self.weight_bytes
     }
 
-    fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
-        let x = self.bert.forward(&self.ops, batch)?;
-        Ok(TokenStates { hidden: self.bert.hidden, data: self.ops.download(x)? })
+    fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
+        Bert::forward(self, o, batch)
+    }
+}
+
+/// Each token's row of a `types`-row token-type table: with one type, its row for every token; with several,
+/// the tokenizer's segment ids, clamped to the table.
+pub(crate) fn segment_ids(batch: &Batch, types: usize) -> Vec<u32> {
+    match types {
+        0 | 1 => vec![0; batch.total_tokens()],
+        n => batch.token_type_ids.iter().map(|&t| t.min(n as u32 - 1)).collect(),
     }
 }
 

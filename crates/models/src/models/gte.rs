@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use crate::backend::{Activation, AttentionSpec, Norm, Ops};
 use crate::batch::Batch;
-use crate::encoder::{Encoder, TokenStates};
+use crate::encoder::TokenEncoder;
 use crate::error::{weights, ModelError};
 use crate::layers::{rotary, FeedForward, GatedMlp, Mlp, Positional, Scratch, SelfAttention, Weights};
 
@@ -356,10 +356,7 @@ impl<O: Ops> Gte<O> {
         }
         let positions: Vec<u32> = (0..batch.len()).flat_map(|s| 0..batch.seq_len(s) as u32).collect();
         let (cos, sin) = rotary::tables(o, &rotary::angles(&self.inv_freq, &positions), tokens, self.head_dim / 2)?;
-        let types: Vec<u32> = match self.types {
-            0 | 1 => vec![0; tokens],
-            n => batch.token_type_ids.iter().map(|&t| t.min(n as u32 - 1)).collect(),
-        };
+        let types = super::bert::segment_ids(batch, self.types);
         let mut tables = vec![(&self.word, &batch.input_ids[..])];
         if let Some(tt) = &self.token_type {
             tables.push((tt, &types[..]));
@@ -380,31 +377,17 @@ impl<O: Ops> Gte<O> {
     }
 }
 
-/// A GTE encoder with the backend that computes it.
-pub struct GteEncoder<O: Ops> {
-    ops: O,
-    model: Gte<O>,
-}
-
-impl<O: Ops> GteEncoder<O> {
-    pub fn load(ops: O, vb: VarBuilder, cfg: &GteConfig) -> Result<Self, ModelError> {
-        let model = Gte::load(&Weights::new(root(vb), &ops), cfg)?;
-        Ok(GteEncoder { ops, model })
-    }
-}
-
-impl<O: Ops> Encoder for GteEncoder<O> {
+impl<O: Ops> TokenEncoder<O> for Gte<O> {
     fn hidden_size(&self) -> usize {
-        self.model.hidden
+        self.hidden
     }
 
-    fn weight_bytes(&self) -> u64 {
-        self.model.weight_bytes as u64
+    fn weight_bytes(&self) -> usize {
+        self.weight_bytes
     }
 
-    fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
-        let x = self.model.forward(&self.ops, batch)?;
-        Ok(TokenStates { hidden: self.model.hidden, data: self.ops.download(x)? })
+    fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
+        Gte::forward(self, o, batch)
     }
 }
 

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::backend::{Activation, AttentionSpec, Norm, Ops};
 use crate::batch::Batch;
-use crate::encoder::{Encoder, TokenStates};
+use crate::encoder::TokenEncoder;
 use crate::error::ModelError;
 use crate::layers::{rotary, GatedMlp, Positional, Scratch, SelfAttention, Weights};
 
@@ -256,31 +256,17 @@ impl<O: Ops> ModernBert<O> {
     }
 }
 
-/// A ModernBERT encoder with the backend that computes it.
-pub struct ModernBertEncoder<O: Ops> {
-    ops: O,
-    model: ModernBert<O>,
-}
-
-impl<O: Ops> ModernBertEncoder<O> {
-    pub fn load(ops: O, vb: VarBuilder, cfg: &ModernBertConfig) -> Result<Self, ModelError> {
-        let model = ModernBert::load(&Weights::new(root(vb), &ops), cfg)?;
-        Ok(ModernBertEncoder { ops, model })
-    }
-}
-
-impl<O: Ops> Encoder for ModernBertEncoder<O> {
+impl<O: Ops> TokenEncoder<O> for ModernBert<O> {
     fn hidden_size(&self) -> usize {
-        self.model.hidden
+        self.hidden
     }
 
-    fn weight_bytes(&self) -> u64 {
-        self.model.weight_bytes as u64
+    fn weight_bytes(&self) -> usize {
+        self.weight_bytes
     }
 
-    fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
-        let x = self.model.forward(&self.ops, batch)?;
-        Ok(TokenStates { hidden: self.model.hidden, data: self.ops.download(x)? })
+    fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
+        ModernBert::forward(self, o, batch)
     }
 }
 

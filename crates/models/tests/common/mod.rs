@@ -69,3 +69,66 @@ pub fn check_multivector_queries(model: &str, backend: Backend) {
         assert!(d < 1e-4, "{model} on {backend:?}, {:?}: vectors differ by {d}", q["text"]);
     }
 }
+
+/// Embedder `model` (`reference.json`: `texts`, `vectors`, `token_counts`) on both backends: the same token
+/// counts, every vector within 1e-4.
+pub fn check_embedder(model: &str) {
+    let r = reference(model);
+    let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let want: Vec<Vec<f32>> = r["vectors"].as_array().unwrap().iter().map(floats).collect();
+    let counts: Vec<u64> = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    for (backend, name) in backends() {
+        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..Default::default() }).unwrap();
+        assert_eq!(loaded.info.backend.name(), name);
+        let batch = text_batch(&loaded, &texts);
+        assert_eq!((0..batch.len()).map(|i| batch.seq_len(i) as u64).collect::<Vec<_>>(), counts, "token counts");
+        for (i, (g, w)) in loaded.model.forward(&batch).unwrap().vectors.iter().zip(&want).enumerate() {
+            let d = max_diff(g, w);
+            assert!(d < 1e-4, "{model} on {name}, text {i}: vectors differ by {d}");
+        }
+    }
+}
+
+/// Cross-encoder `model` (`reference.json`: `query`, `documents`, one-label `logits`) on both backends,
+/// within 1e-4.
+pub fn check_cross_encoder(model: &str) {
+    let r = reference(model);
+    let query = r["query"].as_str().unwrap();
+    let docs: Vec<&str> = r["documents"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let logits: Vec<f32> = r["logits"].as_array().unwrap().iter().map(|l| l[0].as_f64().unwrap() as f32).collect();
+    for (backend, name) in backends() {
+        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..Default::default() }).unwrap();
+        let mut batch = Batch::new();
+        for d in &docs {
+            let e = loaded.tokenizer.encode_pair(query, d).unwrap();
+            batch.push(&e.ids, &e.type_ids);
+        }
+        let got: Vec<f32> = loaded.model.forward(&batch).unwrap().vectors.iter().map(|v| v[0]).collect();
+        let d = max_diff(&got, &logits);
+        assert!(d < 1e-4, "{model} on {name}: logits {got:?} vs {logits:?}");
+    }
+}
+
+/// Embedder `model` with `--dtype int8`: cosine to its f32 vectors above 0.99 on the reference texts.
+pub fn check_int8_close(model: &str) {
+    let r = reference(model);
+    let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let dir = fixtures().join(model);
+    let f32_model = load(&dir, &LoadOptions::default()).unwrap();
+    let int8 = load(&dir, &LoadOptions { dtype: aleph_models::DType::Int8, ..Default::default() }).unwrap();
+    let batch = text_batch(&f32_model, &texts);
+    let (a, b) = (f32_model.model.forward(&batch).unwrap().vectors, int8.model.forward(&batch).unwrap().vectors);
+    for (x, y) in a.iter().zip(&b) {
+        let cos: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+        assert!(cos > 0.99, "{model}: int8 cosine {cos}");
+    }
+}
+
+fn text_batch(loaded: &aleph_models::LoadedModel, texts: &[&str]) -> Batch {
+    let mut batch = Batch::new();
+    for t in texts {
+        let e = loaded.tokenizer.encode(t).unwrap();
+        batch.push(&e.ids, &e.type_ids);
+    }
+    batch
+}
