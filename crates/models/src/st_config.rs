@@ -122,6 +122,20 @@ impl DenseActivation {
         }
     }
 
+    /// A classification head's activation as transformers names it (`ACT2FN`).
+    pub fn from_hidden_act(name: &str) -> Result<Self, ModelError> {
+        match name {
+            "gelu" => Ok(DenseActivation::Gelu),
+            "tanh" => Ok(DenseActivation::Tanh),
+            "relu" => Ok(DenseActivation::Relu),
+            "silu" | "swish" => Ok(DenseActivation::Silu),
+            "linear" => Ok(DenseActivation::Identity),
+            other => Err(ModelError::Unsupported(format!(
+                "classifier activation `{other}` (supported: gelu, tanh, relu, silu, linear)"
+            ))),
+        }
+    }
+
     fn parse(path: Option<&str>) -> Option<Self> {
         let Some(path) = path else { return Some(DenseActivation::Tanh) };
         match path.rsplit('.').next().unwrap_or_default() {

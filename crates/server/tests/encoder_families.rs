@@ -2,8 +2,8 @@
 //! transformers and sentence-transformers computed (tests/fixtures/tiny, made by
 //! scripts/make_encoder_families.py): SPLADE through TEI's `/embed_sparse` and `/embeddings` with
 //! `encoding_format: "sparse"` (dense stays the default), DistilBERT with a Dense module and a classifier
-//! from pickles, ModernBERT's, GTE's and NomicBERT's embedders and
-//! cross-encoders.
+//! from pickles, ModernBERT's, GTE's, NomicBERT's and DeBERTa's embedders and cross-encoders (DeBERTa's by
+//! scripts/make_deberta.py).
 
 mod common;
 
@@ -162,6 +162,11 @@ fn modernbert_embeds_and_reranks_on_every_path() {
 #[test]
 fn gte_embeds_and_reranks_on_every_path() {
     embeds_and_reranks_on_every_path("gte");
+}
+
+#[test]
+fn deberta_embeds_and_reranks_on_every_path() {
+    embeds_and_reranks_on_every_path("deberta");
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, RelativeBias};
+use super::{Activation, AttentionSpec, Disentangled, Norm, NormKind, Ops, Post, ScoreBias};
 use crate::error::{weights, ModelError};
 use crate::loader::Compute;
 
@@ -15,6 +15,40 @@ pub struct Candle {
 }
 
 impl Candle {
+    /// DeBERTa's content-by-position terms for a padded batch, `[b, heads, l, l]`, from already scaled
+    /// queries and keys `[b, heads, l, hd]`: each content row against every table row, then the column of
+    /// each score's offset (see [`Disentangled`]).
+    fn disentangled(
+        &self,
+        d: &Disentangled<'_, Tensor>,
+        q: &Tensor,
+        k: &Tensor,
+        spec: &AttentionSpec,
+        b: usize,
+        l: usize,
+    ) -> candle_core::Result<Tensor> {
+        let (heads, hd) = (spec.heads, spec.head_dim);
+        // index[i][j] = row(i, j): for c2p, gathered along the table axis of row i's products.
+        let index: Vec<u32> = (0..l * l).map(|e| d.rows[e / l + d.span - 1 - e % l]).collect();
+        let index = Tensor::from_vec(index, (1, 1, l, l), &self.device)?;
+        let products = |content: &Tensor, table: &Tensor| -> candle_core::Result<Tensor> {
+            let rows = table.dim(0)?;
+            let t = table.reshape((rows, heads, hd))?.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
+            content.contiguous()?.broadcast_matmul(&t.t()?)
+        };
+        let mut sum = Tensor::zeros((b, heads, l, l), q.dtype(), &self.device)?;
+        if let Some(pk) = d.pos_key {
+            let idx = index.broadcast_as((b, heads, l, l))?.contiguous()?;
+            sum = (sum + products(q, pk)?.contiguous()?.gather(&idx, 3)?)?;
+        }
+        if let Some(pq) = d.pos_query {
+            // Row j of the key's products, column row(i, j): gathered as [j][i], then transposed.
+            let idx = index.t()?.broadcast_as((b, heads, l, l))?.contiguous()?;
+            sum = (sum + products(k, pq)?.contiguous()?.gather(&idx, 3)?.transpose(2, 3)?)?;
+        }
+        Ok(sum)
+    }
+
     pub fn new(device: Device) -> Self {
         Candle { device }
     }
@@ -301,13 +335,20 @@ impl Ops for Candle {
         qkv: &Tensor,
         seqs: &Seqs,
         spec: &AttentionSpec,
-        bias: Option<RelativeBias<'_>>,
+        bias: ScoreBias<'_, Tensor>,
         out: &mut Tensor,
     ) -> Result<(), ModelError> {
         spec.check()?;
+        let disentangled = match &bias {
+            ScoreBias::Disentangled(d) => {
+                d.check(seqs.len, |t| t.dim(0).unwrap_or(0))?;
+                Some(*d)
+            }
+            _ => None,
+        };
         // The relative bias as `[heads, len, len]`, gathered on the host.
         let relative = match &bias {
-            Some(b) => {
+            ScoreBias::Relative(b) => {
                 b.check(spec.heads, seqs.len)?;
                 let (l, w) = (seqs.len, 2 * b.span - 1);
                 let rows: Vec<f32> = (0..spec.heads * l * l)
@@ -318,7 +359,7 @@ impl Ops for Candle {
                     .collect();
                 Some(Tensor::from_vec(rows, (1, spec.heads, l, l), &self.device).map_err(forward_err)?)
             }
-            None => None,
+            _ => None,
         };
         let (b, l) = (seqs.batch, seqs.len);
         let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *spec;
@@ -339,6 +380,10 @@ impl Ops for Candle {
                 v = repeat(v)?;
             }
             let mut scores = q.matmul(&k.t()?)?.broadcast_add(&seqs.key_mask)?;
+            if let Some(d) = &disentangled {
+                // `q` is already scaled; the key side is scaled here, as both terms share the one scale.
+                scores = (scores + self.disentangled(d, &q, &(k.clone() * spec.scale as f64)?, spec, b, l)?)?;
+            }
             if let Some(r) = &relative {
                 scores = scores.broadcast_add(r)?;
             }

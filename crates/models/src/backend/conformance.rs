@@ -5,7 +5,7 @@ use candle_core::{Device, Tensor};
 use super::candle::Candle;
 use super::cpu::Cpu;
 use super::record::Recording;
-use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, RelativeBias};
+use super::{Activation, AttentionSpec, Disentangled, Norm, NormKind, Ops, Post, RelativeBias, ScoreBias};
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| (((i * 37 + seed * 11) % 29) as f32 - 14.0) * 0.05).collect()
@@ -118,8 +118,23 @@ fn naive_attention(qkv: &[f32], cu: &[usize], spec: &AttentionSpec) -> Vec<f64> 
     naive_biased(qkv, cu, spec, None)
 }
 
+/// DeBERTa's terms for the naive formula: (pos_key, pos_query, rows, span), see [`Disentangled`].
+type NaiveDisentangled<'a> = (&'a [f32], &'a [f32], &'a [u32], usize);
+
 /// [`naive_attention`] plus a relative bias `table[head][j − i + span − 1]`.
 fn naive_biased(qkv: &[f32], cu: &[usize], spec: &AttentionSpec, rel: Option<(&[f32], usize)>) -> Vec<f64> {
+    naive_full(qkv, cu, spec, rel, None)
+}
+
+/// [`naive_biased`] plus, before the scale, `q_i · pos_key[row] + k_j · pos_query[row]` for
+/// `row = rows[i − j + span − 1]`.
+fn naive_full(
+    qkv: &[f32],
+    cu: &[usize],
+    spec: &AttentionSpec,
+    rel: Option<(&[f32], usize)>,
+    dis: Option<NaiveDisentangled>,
+) -> Vec<f64> {
     let (hd, ld) = (spec.head_dim, spec.qkv_width());
     let group = spec.heads / spec.kv_heads;
     let tokens = *cu.last().unwrap();
@@ -139,7 +154,17 @@ fn naive_biased(qkv: &[f32], cu: &[usize], spec: &AttentionSpec, rel: Option<(&[
                     .map(|&j| {
                         let dot: f64 = (0..hd).map(|d| at(i, head * hd + d) * at(j, (spec.heads + kv) * hd + d)).sum();
                         let bias = rel.map_or(0.0, |(t, span)| t[head * (2 * span - 1) + j + span - 1 - i] as f64);
-                        dot * spec.scale as f64 + bias
+                        let terms = dis.map_or(0.0, |(pk, pq, rows, span)| {
+                            let (row, w) = (rows[i + span - 1 - j] as usize, spec.out_width());
+                            (0..hd)
+                                .map(|d| {
+                                    let c = row * w + head * hd + d;
+                                    at(i, head * hd + d) * pk[c] as f64
+                                        + at(j, (spec.heads + kv) * hd + d) * pq[c] as f64
+                                })
+                                .sum()
+                        });
+                        (dot + terms) * spec.scale as f64 + bias
                     })
                     .collect();
                 let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -177,7 +202,7 @@ fn attention<O: Ops>(o: &O, name: &str) {
         let qkv = values(9 * spec.qkv_width(), spec.heads + spec.head_dim);
         let x = o.upload(9, spec.qkv_width(), qkv.clone()).unwrap();
         let mut y = o.empty().unwrap();
-        o.attention(&x, &seqs, &spec, None, &mut y).unwrap();
+        o.attention(&x, &seqs, &spec, ScoreBias::None, &mut y).unwrap();
         assert_eq!(o.dims(&y), (9, spec.out_width()));
         close(&o.host(&y).unwrap(), &naive_attention(&qkv, &cu, &spec), 1e-5, &format!("{name} {spec:?}"));
     }
@@ -187,19 +212,48 @@ fn attention<O: Ops>(o: &O, name: &str) {
     let table = values(spec.heads * (2 * span - 1), 20);
     let x = o.upload(9, spec.qkv_width(), qkv.clone()).unwrap();
     let mut y = o.empty().unwrap();
-    o.attention(&x, &seqs, &spec, Some(RelativeBias { table: &table, span }), &mut y).unwrap();
+    o.attention(&x, &seqs, &spec, ScoreBias::Relative(RelativeBias { table: &table, span }), &mut y).unwrap();
     let want = naive_biased(&qkv, &cu, &spec, Some((&table, span)));
     close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} relative bias"));
     // The same bias within a window.
     let windowed = spec.windowed(Some(2));
-    o.attention(&x, &seqs, &windowed, Some(RelativeBias { table: &table, span }), &mut y).unwrap();
+    o.attention(&x, &seqs, &windowed, ScoreBias::Relative(RelativeBias { table: &table, span }), &mut y).unwrap();
     let want = naive_biased(&qkv, &cu, &windowed, Some((&table, span)));
     close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} relative bias in a window"));
     let short = RelativeBias { table: &table[..table.len() - 1], span };
-    assert!(o.attention(&x, &seqs, &spec, Some(short), &mut y).is_err(), "{name}: a short bias table is an error");
+    assert!(
+        o.attention(&x, &seqs, &spec, ScoreBias::Relative(short), &mut y).is_err(),
+        "{name}: a short bias table is an error"
+    );
+    // DeBERTa's content-by-position terms over a bucketed row table (several offsets share a row, the
+    // ends clamp), each kind alone and both; and a row past the tables is an error.
+    let span = 6;
+    let rows: Vec<u32> = (0..2 * span - 1).map(|e| [0, 0, 1, 2, 3, 4, 5, 6, 7, 7, 8][e]).collect();
+    let (pk, pq) = (values(9 * spec.out_width(), 21), values(9 * spec.out_width(), 22));
+    let param = |t: &[f32]| o.param(tensor(t, 9, spec.out_width())).unwrap();
+    let (pk_p, pq_p) = (param(&pk), param(&pq));
+    let zero = vec![0.0; pk.len()];
+    for (with_key, with_query) in [(true, false), (false, true), (true, true)] {
+        let d = Disentangled {
+            pos_key: with_key.then_some(&pk_p),
+            pos_query: with_query.then_some(&pq_p),
+            rows: &rows,
+            span,
+        };
+        o.attention(&x, &seqs, &spec, ScoreBias::Disentangled(d), &mut y).unwrap();
+        let naive = (if with_key { &pk } else { &zero }, if with_query { &pq } else { &zero });
+        let want = naive_full(&qkv, &cu, &spec, None, Some((naive.0, naive.1, &rows, span)));
+        close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} disentangled {with_key} {with_query}"));
+    }
+    let past: Vec<u32> = rows.iter().map(|r| r + 2).collect();
+    let d = Disentangled { pos_key: Some(&pk_p), pos_query: None, rows: &past, span };
+    assert!(o.attention(&x, &seqs, &spec, ScoreBias::Disentangled(d), &mut y).is_err(), "{name}: rows past the table");
     let wrong = o.upload(9, 5, values(45, 0)).unwrap();
     let mut y = o.empty().unwrap();
-    assert!(o.attention(&wrong, &seqs, &specs[0], None, &mut y).is_err(), "{name}: a mis-shaped input is an error");
+    assert!(
+        o.attention(&wrong, &seqs, &specs[0], ScoreBias::None, &mut y).is_err(),
+        "{name}: a mis-shaped input is an error"
+    );
 }
 
 fn rms_glu_and_rows<O: Ops>(o: &O, name: &str) {
@@ -277,7 +331,7 @@ fn rotary_attention<O: Ops>(o: &O, name: &str) {
     let want: Vec<f64> = rotated.iter().map(|v| *v as f64).collect();
     close(&o.host(&x).unwrap(), &want, 1e-6, &format!("{name} rotary"));
     let mut y = o.empty().unwrap();
-    o.attention(&x, &o.seqs(&cu).unwrap(), &spec, None, &mut y).unwrap();
+    o.attention(&x, &o.seqs(&cu).unwrap(), &spec, ScoreBias::None, &mut y).unwrap();
     close(&o.host(&y).unwrap(), &naive_attention(&rotated, &cu, &spec), 1e-5, &format!("{name} rotary attention"));
 }
 

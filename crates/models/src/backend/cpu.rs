@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use candle_core::Tensor;
 
-use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, RelativeBias};
+use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, ScoreBias};
 use crate::cpu::gemm::{gemm, Epilogue, MatRef};
 use crate::cpu::layers::{attention, host, layer_norm_rows, with_scratch, Dense, Scratch};
 use crate::cpu::{ops, Isa};
@@ -296,12 +296,15 @@ impl Ops for Cpu {
         qkv: &Mat,
         seqs: &Vec<usize>,
         spec: &AttentionSpec,
-        bias: Option<RelativeBias<'_>>,
+        bias: ScoreBias<'_, Vec<f32>>,
         out: &mut Mat,
     ) -> Result<(), ModelError> {
         spec.check()?;
-        if let Some(b) = &bias {
-            b.check(spec.heads, seqs.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0))?;
+        let longest = seqs.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        match &bias {
+            ScoreBias::None => {}
+            ScoreBias::Relative(b) => b.check(spec.heads, longest)?,
+            ScoreBias::Disentangled(d) => d.check(longest, |t| t.len() / spec.out_width())?,
         }
         if qkv.cols != spec.qkv_width() || seqs.last().copied().unwrap_or(0) != qkv.rows {
             return Err(ModelError::Forward("attention input does not fit its layout".into()));
@@ -376,7 +379,7 @@ impl Ops for Cpu {
         let (c, ld, isa) = (heads * hd, qkv.cols, self.isa);
         out.reshape_for(qkv.rows, c);
         let attend = |(w, dst): (usize, &mut [f32])| {
-            with_scratch(|Scratch { scores, keys, values }| {
+            with_scratch(|Scratch { scores, keys, values, .. }| {
                 for head in 0..heads {
                     let base = w * n * ld + head * hd;
                     let q = MatRef { data: &qkv.data[base..], rows: n, cols: hd, ld };

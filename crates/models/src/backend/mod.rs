@@ -158,6 +158,63 @@ impl RelativeBias<'_> {
     }
 }
 
+/// DeBERTa's disentangled attention terms: besides `q_i·k_j`, the query's content against the key's relative
+/// position (`c2p`: `q_i · pos_key[row(i, j)]`) and the key's content against the query's (`p2c`:
+/// `k_j · pos_query[row(i, j)]`), summed before the one scale. Each table is `[table rows, heads · head_dim]`
+/// (the shared relative embeddings through a projection, one block per query head); `row(i, j) =
+/// rows[i − j + span − 1]`, non-decreasing in `i − j`, for sequences of at most `span` tokens.
+pub struct Disentangled<'a, P> {
+    pub pos_key: Option<&'a P>,
+    pub pos_query: Option<&'a P>,
+    pub rows: &'a [u32],
+    pub span: usize,
+}
+
+impl<P> Clone for Disentangled<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for Disentangled<'_, P> {}
+
+impl<P> Disentangled<'_, P> {
+    /// The table rows of every offset a sequence of `n` tokens has: `lo..=hi`.
+    pub fn row_range(&self, n: usize) -> (usize, usize) {
+        let n = n.max(1);
+        (self.rows[self.span - n] as usize, self.rows[self.span + n - 2] as usize)
+    }
+
+    fn check(&self, longest: usize, table_rows: impl Fn(&P) -> usize) -> Result<(), ModelError> {
+        let rows = [self.pos_key, self.pos_query].into_iter().flatten().map(table_rows).min();
+        let fits = self.rows.len() == (2 * self.span).saturating_sub(1)
+            && longest <= self.span
+            && self.rows.windows(2).all(|w| w[0] <= w[1])
+            && rows.is_none_or(|r| self.rows.iter().all(|&x| (x as usize) < r));
+        if !fits {
+            return Err(ModelError::Forward("disentangled attention tables do not fit the attention".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What attention adds to `q·k` beyond the mask.
+pub enum ScoreBias<'a, P> {
+    None,
+    /// A learned bias by offset (MPNet), added after the scale.
+    Relative(RelativeBias<'a>),
+    /// Content-by-position terms (DeBERTa), added before the scale.
+    Disentangled(Disentangled<'a, P>),
+}
+
+impl<P> Clone for ScoreBias<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for ScoreBias<'_, P> {}
+
 /// The primitive operations of a backend. Families are generic over it (static dispatch); only the
 /// finished model is boxed as a [`crate::Model`].
 pub trait Ops: Send + Sync + Sized + 'static {
@@ -222,13 +279,13 @@ pub trait Ops: Send + Sync + Sized + 'static {
     /// Reinterprets the row-major data as `[rows, cols]` (the same number of elements).
     fn reshape(&self, x: &mut Self::T, rows: usize, cols: usize) -> Result<(), ModelError>;
     /// `out[t, head] = softmax(scale · q kᵀ + bias) v` within each sequence, for the fused `qkv` (see
-    /// [`AttentionSpec`]); `out` is `[tokens, heads · head_dim]`.
+    /// [`AttentionSpec`], [`ScoreBias`]); `out` is `[tokens, heads · head_dim]`.
     fn attention(
         &self,
         qkv: &Self::T,
         seqs: &Self::Seqs,
         spec: &AttentionSpec,
-        bias: Option<RelativeBias<'_>>,
+        bias: ScoreBias<'_, Self::Param>,
         out: &mut Self::T,
     ) -> Result<(), ModelError>;
     /// Attention within consecutive windows of `n` rows (`qkv` `[windows · n, qkv_width]`, each window a

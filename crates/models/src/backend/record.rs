@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use candle_core::Tensor;
 
-use super::{Activation, AttentionSpec, Norm, Ops, Post, RelativeBias};
+use super::{Activation, AttentionSpec, Norm, Ops, Post, ScoreBias};
 use crate::error::ModelError;
 use crate::loader::Compute;
 
@@ -136,7 +136,7 @@ impl<O: Ops> Ops for Recording<O> {
         qkv: &O::T,
         seqs: &O::Seqs,
         spec: &AttentionSpec,
-        bias: Option<RelativeBias<'_>>,
+        bias: ScoreBias<'_, O::Param>,
         out: &mut O::T,
     ) -> Result<(), ModelError> {
         self.inner.attention(qkv, seqs, spec, bias, out)

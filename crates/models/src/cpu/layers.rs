@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::gemm::{gemm, gemm_raw, Epilogue, MatRef, Out, PackedB};
 use super::qgemm::{gemm_i8, PackedI8};
 use super::{ops, Isa};
-use crate::backend::{AttentionSpec, RelativeBias};
+use crate::backend::{AttentionSpec, Disentangled, RelativeBias, ScoreBias};
 
 pub(crate) fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
     t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()
@@ -137,7 +137,7 @@ pub(crate) fn attention(
     ctx: &mut [f32],
     cu_seqlens: &[usize],
     spec: &AttentionSpec,
-    bias: Option<RelativeBias<'_>>,
+    bias: ScoreBias<'_, Vec<f32>>,
 ) {
     let AttentionSpec { heads, kv_heads, head_dim: hd, scale, .. } = *spec;
     let (ld, width) = (spec.qkv_width(), spec.out_width());
@@ -153,19 +153,23 @@ pub(crate) fn attention(
         }
         let kv = head / group;
         with_scratch(|scratch| {
-            let Scratch { scores, keys, values } = scratch;
+            let Scratch { scores, keys, values, positions, terms } = scratch;
             let row0 = r0 * ld;
             let q = MatRef { data: &qkv[row0 + head * hd..], rows: n, cols: hd, ld };
-            keys.repack(hd, n, &qkv[row0 + (heads + kv) * hd..], 1, ld);
+            let k = MatRef { data: &qkv[row0 + (heads + kv) * hd..], rows: n, cols: hd, ld };
+            keys.repack(hd, n, k.data, 1, ld);
             scores.clear();
             scores.resize(n * n, 0.0);
             gemm(q, keys, scores, n, Epilogue::None, false);
+            if let ScoreBias::Disentangled(d) = bias {
+                add_disentangled(&d, q, k, head * hd, width, scores, positions, terms);
+            }
             for (i, row) in scores.chunks_mut(n).enumerate() {
                 let (lo, hi) = spec.visible(i, n);
                 let seen = &mut row[lo..hi];
                 match bias {
-                    None => ops::softmax(isa, seen, scale),
-                    Some(RelativeBias { table, span }) => {
+                    ScoreBias::None | ScoreBias::Disentangled(_) => ops::softmax(isa, seen, scale),
+                    ScoreBias::Relative(RelativeBias { table, span }) => {
                         // Offset j − i of column j is at column j − i + span − 1 of the head's table.
                         let t = &table[head * (2 * span - 1) + span - 1 + lo - i..][..hi - lo];
                         seen.iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
@@ -190,6 +194,41 @@ pub(crate) fn attention(
     super::pool().install(|| pairs.into_par_iter().for_each(job));
 }
 
+/// Adds DeBERTa's content-by-position terms to one (sequence, head)'s `n × n` raw scores. Only the table rows
+/// the sequence's offsets reach (`lo..=hi`, at most `2n − 1`) are multiplied: `q · pos_keyᵀ` and
+/// `k · pos_queryᵀ` as two small GEMMs, then each score picks its offset's column.
+#[allow(clippy::too_many_arguments)]
+fn add_disentangled(
+    d: &Disentangled<'_, Vec<f32>>,
+    q: MatRef,
+    k: MatRef,
+    col: usize,
+    width: usize,
+    scores: &mut [f32],
+    positions: &mut PackedB,
+    terms: &mut Vec<f32>,
+) {
+    let n = q.rows;
+    let (lo, hi) = d.row_range(n);
+    let r = hi - lo + 1;
+    // Column of score (i, j) in a `terms` row: its offset's table row, from `lo`.
+    let column = |i: usize, j: usize| d.rows[i + d.span - 1 - j] as usize - lo;
+    for (table, content_is_query) in [(d.pos_key, true), (d.pos_query, false)] {
+        let Some(table) = table else { continue };
+        positions.repack(q.cols, r, &table[lo * width + col..], 1, width);
+        terms.clear();
+        terms.resize(n * r, 0.0);
+        gemm(if content_is_query { q } else { k }, positions, terms, r, Epilogue::None, false);
+        for (i, row) in scores.chunks_mut(n).enumerate() {
+            for (j, s) in row.iter_mut().enumerate() {
+                // c2p reads the query's row of terms, p2c the key's.
+                let t = if content_is_query { i } else { j };
+                *s += terms[t * r + column(i, j)];
+            }
+        }
+    }
+}
+
 struct SharedOut(*mut f32);
 
 impl SharedOut {
@@ -204,12 +243,15 @@ impl SharedOut {
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
-/// Per-thread buffers for one attention head: its scores and its packed keys and values.
+/// Per-thread buffers for one attention head: its scores, its packed keys and values, and (DeBERTa) its
+/// packed position table and content-by-position terms.
 #[derive(Default)]
 pub(crate) struct Scratch {
     pub scores: Vec<f32>,
     pub keys: PackedB,
     pub values: PackedB,
+    pub positions: PackedB,
+    pub terms: Vec<f32>,
 }
 
 /// Runs `f` with this thread's attention buffers.
@@ -278,7 +320,7 @@ mod tests {
         let qkv: Vec<f32> = (0..tokens * 3 * h).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.05).collect();
         for causal in [false, true] {
             let mut ctx = vec![f32::NAN; tokens * h];
-            attention(Isa::get(), &qkv, &mut ctx, &cu, &AttentionSpec::new(h, nh, causal), None);
+            attention(Isa::get(), &qkv, &mut ctx, &cu, &AttentionSpec::new(h, nh, causal), ScoreBias::None);
             for s in 0..cu.len() - 1 {
                 let (r0, n) = (cu[s], cu[s + 1] - cu[s]);
                 for head in 0..nh {

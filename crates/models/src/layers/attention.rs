@@ -1,7 +1,7 @@
 //! Self-attention as every family here runs it: one fused query/key/value projection, rotary positions
 //! where the family has them, attention by the backend, then the output projection added to a residual.
 
-use crate::backend::{AttentionSpec, Ops, Post, RelativeBias};
+use crate::backend::{AttentionSpec, Disentangled, Ops, Post, RelativeBias, ScoreBias};
 use crate::error::ModelError;
 
 use super::Scratch;
@@ -13,6 +13,8 @@ pub enum Positional<'a, O: Ops> {
     Rotary(&'a O::T, &'a O::T),
     /// A bias by relative offset (MPNet).
     Relative(RelativeBias<'a>),
+    /// Content-by-position terms (DeBERTa).
+    Disentangled(Disentangled<'a, O::Param>),
 }
 
 impl<O: Ops> Clone for Positional<'_, O> {
@@ -43,11 +45,12 @@ impl<O: Ops> SelfAttention<O> {
         out: &mut O::T,
     ) -> Result<(), ModelError> {
         o.linear_fwd(x, &self.qkv, Post::None, &mut scratch.qkv)?;
-        let mut bias = None;
+        let mut bias = ScoreBias::None;
         match positional {
             Positional::None => {}
             Positional::Rotary(cos, sin) => o.rotary(&mut scratch.qkv, &self.spec, cos, sin)?,
-            Positional::Relative(b) => bias = Some(b),
+            Positional::Relative(b) => bias = ScoreBias::Relative(b),
+            Positional::Disentangled(d) => bias = ScoreBias::Disentangled(d),
         }
         o.attention(&scratch.qkv, seqs, &self.spec, bias, &mut scratch.ctx)?;
         o.linear_fwd(&scratch.ctx, &self.out, Post::Residual(residual), out)

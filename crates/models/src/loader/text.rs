@@ -20,6 +20,7 @@ use crate::error::{read_json, weights, ModelError};
 use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, PostStep, Residual};
 use crate::layers::Weights;
 use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
+use crate::models::deberta::{self, Deberta, DebertaConfig};
 use crate::models::gte::{self, Gte, GteConfig};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::models::splade::{Splade, SpladeModel};
@@ -221,13 +222,7 @@ pub(super) fn load_modernbert(dir: &Path, arch: &ArchConfig, opts: &LoadOptions)
     let (encoder, backend) = encoder_of(&cfg, &setup, modernbert::root(vb))?;
     let h = cfg.hidden_size;
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
-        let act = match cfg.classifier_activation.as_str() {
-            "gelu" => DenseActivation::Gelu,
-            "tanh" => DenseActivation::Tanh,
-            "relu" => DenseActivation::Relu,
-            "silu" | "swish" => DenseActivation::Silu,
-            other => return Err(ModelError::Unsupported(format!("classifier_activation `{other}`"))),
-        };
+        let act = DenseActivation::from_hidden_act(&cfg.classifier_activation)?;
         Ok(Head::Classifier {
             pooling: if cfg.classifier_pooling == "mean" { Pooling::Mean } else { Pooling::Cls },
             dense: HostLinear::load_with(vb.pp("head").pp("dense"), h, h, cfg.classifier_bias).map_err(weights)?,
@@ -257,6 +252,26 @@ pub(super) fn load_gte(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Res
     })
 }
 
+/// DeBERTa-v2/v3: embedders, cross-encoders and classifiers (`ContextPooler`: the first token through a dense
+/// layer and `pooler_hidden_act`, then the classifier).
+pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let cfg: DebertaConfig = read_json(&dir.join("config.json"))?;
+    cfg.check()?;
+    let setup = Setup::new(dir, arch, opts, Deberta::<Cpu>::max_len(&cfg), cfg.hidden_size)?;
+    let vb = setup.vb.clone();
+    let (encoder, backend) = encoder_of(&cfg, &setup, deberta::root(vb))?;
+    let h = cfg.hidden_size;
+    setup.encoder_model(dir, encoder, backend, |vb, labels| {
+        Ok(Head::Classifier {
+            pooling: Pooling::Cls,
+            dense: HostLinear::load(vb.pp("pooler").pp("dense"), h, h).map_err(weights)?,
+            act: DenseActivation::from_hidden_act(&cfg.pooler_hidden_act)?,
+            norm: None,
+            out: HostLinear::load(vb.pp("classifier"), h, labels).map_err(weights)?,
+        })
+    })
+}
+
 /// A text family's encoder definition, loadable on any backend.
 trait TextFamily {
     type Model<O: Ops>: TokenEncoder<O> + 'static;
@@ -276,6 +291,13 @@ impl TextFamily for ModernBertConfig {
     type Model<O: Ops> = ModernBert<O>;
     fn load<O: Ops>(&self, w: &Weights<O>) -> Result<ModernBert<O>, ModelError> {
         ModernBert::load(w, self)
+    }
+}
+
+impl TextFamily for DebertaConfig {
+    type Model<O: Ops> = Deberta<O>;
+    fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Deberta<O>, ModelError> {
+        Deberta::load(w, self)
     }
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod clap_fusion;
 pub mod clip;
 pub mod colpali;
 pub mod colqwen2;
+pub mod deberta;
 pub mod gemma;
 pub mod gte;
 pub mod htsat;

@@ -109,6 +109,26 @@ pub fn check_cross_encoder(model: &str) {
     }
 }
 
+/// Classifier `model` (`reference.json`: `texts`, `logits` per label) on both backends, within 1e-4, with
+/// its labels as the config names them.
+pub fn check_classifier(model: &str, labels: &[&str]) {
+    let r = reference(model);
+    let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let want: Vec<Vec<f32>> = r["logits"].as_array().unwrap().iter().map(floats).collect();
+    for (backend, name) in backends() {
+        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..Default::default() }).unwrap();
+        match &loaded.info.task {
+            aleph_models::Task::Classify { labels: got, .. } => assert_eq!(got, labels, "{model} labels"),
+            other => panic!("{model} loads as {other:?}"),
+        }
+        let batch = text_batch(&loaded, &texts);
+        for (i, (g, w)) in loaded.model.forward(&batch).unwrap().vectors.iter().zip(&want).enumerate() {
+            let d = max_diff(g, w);
+            assert!(d < 1e-4, "{model} on {name}, text {i}: logits {g:?} vs {w:?}");
+        }
+    }
+}
+
 /// Embedder `model` with `--dtype int8`: cosine to its f32 vectors above 0.99 on the reference texts.
 pub fn check_int8_close(model: &str) {
     let r = reference(model);
