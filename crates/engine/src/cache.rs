@@ -217,6 +217,8 @@ fn output_tag(kind: OutputKind) -> u8 {
         OutputKind::Default => 0,
         OutputKind::Unnormalized => 1,
         OutputKind::Tokens => 2,
+        OutputKind::Sparse => 3,
+        OutputKind::MultiVector => 4,
     }
 }
 

@@ -283,9 +283,14 @@ impl ModelHandle {
 
     /// Like [`Self::run`], with the request's truncation and output choices.
     pub async fn run_with(&self, inputs: Vec<Input>, opts: RunOptions) -> Result<RunResult, EngineError> {
-        if opts.output != OutputKind::Default && !self.info.token_outputs {
+        if !self.info.honours(opts.output) {
+            let what = match opts.output {
+                OutputKind::Sparse => "no sparse (lexical) weights",
+                OutputKind::MultiVector => "no ColBERT vectors",
+                _ => "no per-token states or unnormalized vectors",
+            };
             return Err(EngineError::Unsupported(format!(
-                "model `{}` ({}) returns its one output only: no per-token states or unnormalized vectors",
+                "model `{}` ({}) returns its one output only: {what}",
                 self.name, self.info.architecture
             )));
         }

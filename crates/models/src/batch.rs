@@ -11,6 +11,24 @@ pub enum OutputKind {
     Unnormalized,
     /// The last hidden state of every token, row-major `len × hidden` (TEI's `/embed_all`).
     Tokens,
+    /// Vocabulary weights, only the non-zero ones, as [`sparse_pairs`] lays them out (SPLADE; BGE-M3's lexical
+    /// weights).
+    Sparse,
+    /// ColBERT vectors of the tokens after the first, row-major (BGE-M3's `colbert_vecs`).
+    MultiVector,
+}
+
+/// Sparse weights as one flat vector, `[id₀, w₀, id₁, w₁, …]` in id order, each id as an f32 (exact: loaders
+/// refuse vocabularies of 2²⁴ entries or more).
+pub fn sparse_pairs(weights: impl IntoIterator<Item = (u32, f32)>) -> Vec<f32> {
+    let mut pairs: Vec<(u32, f32)> = weights.into_iter().collect();
+    pairs.sort_unstable_by_key(|p| p.0);
+    pairs.into_iter().flat_map(|(id, w)| [id as f32, w]).collect()
+}
+
+/// The `(id, weight)` pairs [`sparse_pairs`] wrote.
+pub fn read_sparse_pairs(v: &[f32]) -> impl Iterator<Item = (u32, f32)> + '_ {
+    v.chunks_exact(2).map(|p| (p[0] as u32, p[1]))
 }
 
 /// Tokenized sequences packed back to back, without padding.

@@ -42,6 +42,8 @@ pub fn load_debug() -> LoadedModel {
             audio_cost: 0,
             token_outputs: false,
             sparse: false,
+            sparse_output: false,
+            colbert_dim: None,
             prompts: Default::default(),
         },
     }

@@ -3,8 +3,7 @@
 
 use candle_nn::VarBuilder;
 
-use crate::batch::Batch;
-use crate::batch::OutputKind;
+use crate::batch::{sparse_pairs, Batch, OutputKind};
 use crate::encoder::TokenStates;
 use crate::pooling::{l2_normalize, pool_sequence, Pooling};
 use crate::st_config::DenseActivation;
@@ -37,6 +36,15 @@ impl HostLinear {
             candle_core::bail!("{}.weight is [{out}, {k}], expected [_, {inp}]", vb.prefix());
         }
         Ok(HostLinear { w: t.flatten_all()?.to_vec1::<f32>()?, b: vec![0.0; out], inp })
+    }
+
+    /// A layer whose width is read from its weight, with its bias where the checkpoint has one.
+    pub fn load_sized(vb: VarBuilder, inp: usize) -> candle_core::Result<Self> {
+        let mut l = Self::load_no_bias(vb.clone(), inp)?;
+        if vb.contains_tensor("bias") {
+            l.b = vb.get(l.b.len(), "bias")?.to_vec1::<f32>()?;
+        }
+        Ok(l)
     }
 
     pub fn out_dim(&self) -> usize {
@@ -117,10 +125,50 @@ impl HostNorm {
     }
 }
 
+/// BGE-M3's outputs beside its pooled embedding, from the same token states, as FlagEmbedding's
+/// `BGEM3FlagModel` computes them: lexical weights `relu(sparse(h_t))`, the largest per vocabulary id, its
+/// tokenizer's cls, eos, pad and unk tokens left out; and the ColBERT vectors `colbert(h_t)` of every token
+/// after the first, each L2-normalized.
+pub struct LexicalAndColbert {
+    /// `sparse_linear`: `[1, hidden]`.
+    pub sparse: HostLinear,
+    /// `colbert_linear`: `[colbert_dim, hidden]`.
+    pub colbert: HostLinear,
+    /// Token ids that get no lexical weight.
+    pub skip: Vec<u32>,
+}
+
+impl LexicalAndColbert {
+    /// [`sparse_pairs`] of one sequence (`seq` `[len, hidden]`, `ids` its tokens).
+    pub fn lexical(&self, seq: &[f32], ids: &[u32], hidden: usize) -> Vec<f32> {
+        let mut best = std::collections::BTreeMap::<u32, f32>::new();
+        for (token, &id) in seq.chunks_exact(hidden).zip(ids) {
+            let w = self.sparse.apply(token)[0];
+            if w > 0.0 && !self.skip.contains(&id) {
+                let e = best.entry(id).or_insert(0.0);
+                *e = e.max(w);
+            }
+        }
+        sparse_pairs(best)
+    }
+
+    /// The tokens after the first, projected and normalized, row-major.
+    pub fn colbert_vectors(&self, seq: &[f32], hidden: usize) -> Vec<f32> {
+        seq.chunks_exact(hidden)
+            .skip(1)
+            .flat_map(|token| {
+                let mut v = self.colbert.apply(token);
+                l2_normalize(&mut v);
+                v
+            })
+            .collect()
+    }
+}
+
 pub enum Head {
     /// Sentence embedding: pool the tokens, then the `Dense` / `Normalize` modules (a normalization is
-    /// skipped for [`OutputKind::Unnormalized`]).
-    Pool { pooling: Pooling, post: Vec<PostStep> },
+    /// skipped for [`OutputKind::Unnormalized`]); with `side`, BGE-M3's sparse and ColBERT outputs on request.
+    Pool { pooling: Pooling, post: Vec<PostStep>, side: Option<Box<LexicalAndColbert>> },
     /// Sequence classification: `out(norm(act(dense(pool(h)))))`, pooling the first token (BERT calls
     /// `dense` the pooler; RoBERTa keeps both inside its classification head; DistilBERT's activation is
     /// ReLU) or, for ModernBERT with `classifier_pooling: mean`, the mean. The output is the logits.
@@ -142,7 +190,14 @@ impl Head {
                     return seq.to_vec();
                 }
                 match self {
-                    Head::Pool { pooling, post } => {
+                    Head::Pool { side: Some(side), .. } if kind == OutputKind::Sparse => {
+                        let ids = &batch.input_ids[batch.cu_seqlens[i]..batch.cu_seqlens[i + 1]];
+                        side.lexical(seq, ids, h)
+                    }
+                    Head::Pool { side: Some(side), .. } if kind == OutputKind::MultiVector => {
+                        side.colbert_vectors(seq, h)
+                    }
+                    Head::Pool { pooling, post, .. } => {
                         let mut v = Vec::with_capacity(h);
                         pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut v);
                         for step in post {

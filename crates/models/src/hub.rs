@@ -100,7 +100,9 @@ fn wanted(file: &str) -> bool {
             || name.ends_with(".safetensors")
             || name == "vocab.txt"
             || name == "merges.txt"
-            || name.ends_with(".model"))
+            || name.ends_with(".model")
+            // BGE-M3's sparse and ColBERT heads, beside its weights.
+            || (!file.contains('/') && (name == "sparse_linear.pt" || name == "colbert_linear.pt")))
         && !file.starts_with("onnx/")
         && !file.starts_with("openvino/")
 }
@@ -166,6 +168,16 @@ mod tests {
         let picked =
             select(files(&["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"]));
         assert_eq!(picked, files(&["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"]));
+        // BGE-M3's heads come with its weights; other `.pt` files do not.
+        let picked = select(files(&[
+            "config.json",
+            "model.safetensors",
+            "colbert_linear.pt",
+            "sparse_linear.pt",
+            "optimizer.pt",
+            "imgs/colbert_linear.pt",
+        ]));
+        assert_eq!(picked, files(&["config.json", "model.safetensors", "colbert_linear.pt", "sparse_linear.pt"]));
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub mod quantize;
 pub mod st_config;
 pub mod tokenizer;
 
-pub use batch::{Batch, Output, OutputKind};
+pub use batch::{read_sparse_pairs, sparse_pairs, Batch, Output, OutputKind};
 pub use error::ModelError;
 pub use loader::{
     gpu_available, load, Backend, Compute, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task,

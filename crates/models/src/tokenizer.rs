@@ -25,15 +25,19 @@ impl Encoded {
     }
 }
 
-/// Special tokens `tokenizer_config.json` names (as strings or `AddedToken` objects).
+/// Special tokens a tokenizer's files name (as strings or `AddedToken` objects): `tokenizer_config.json`,
+/// then `special_tokens_map.json` for what it leaves out, as transformers reads them.
 #[derive(Debug, Default)]
 pub struct SpecialTokens {
     pub bos_token: Option<String>,
     pub pad_token: Option<String>,
+    pub cls_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub unk_token: Option<String>,
 }
 
 impl SpecialTokens {
-    /// Reads `dir/tokenizer_config.json`; none named when the file is absent.
+    /// None named when neither file exists.
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
         #[derive(serde::Deserialize)]
         #[serde(untagged)]
@@ -41,20 +45,35 @@ impl SpecialTokens {
             Plain(String),
             Added { content: String },
         }
-        #[derive(serde::Deserialize)]
+        #[derive(serde::Deserialize, Default)]
         struct File {
             bos_token: Option<Name>,
             pad_token: Option<Name>,
+            cls_token: Option<Name>,
+            eos_token: Option<Name>,
+            unk_token: Option<Name>,
         }
-        let path = dir.join("tokenizer_config.json");
-        if !path.exists() {
-            return Ok(SpecialTokens::default());
-        }
-        let file: File = crate::error::read_json(&path)?;
-        let text = |n: Name| match n {
-            Name::Plain(s) | Name::Added { content: s } => s,
+        let read = |name: &str| -> Result<File, ModelError> {
+            let path = dir.join(name);
+            if path.exists() {
+                crate::error::read_json(&path)
+            } else {
+                Ok(File::default())
+            }
         };
-        Ok(SpecialTokens { bos_token: file.bos_token.map(text), pad_token: file.pad_token.map(text) })
+        let (config, map) = (read("tokenizer_config.json")?, read("special_tokens_map.json")?);
+        let text = |a: Option<Name>, b: Option<Name>| {
+            a.or(b).map(|n| match n {
+                Name::Plain(s) | Name::Added { content: s } => s,
+            })
+        };
+        Ok(SpecialTokens {
+            bos_token: text(config.bos_token, map.bos_token),
+            pad_token: text(config.pad_token, map.pad_token),
+            cls_token: text(config.cls_token, map.cls_token),
+            eos_token: text(config.eos_token, map.eos_token),
+            unk_token: text(config.unk_token, map.unk_token),
+        })
     }
 }
 

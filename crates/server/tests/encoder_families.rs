@@ -110,7 +110,7 @@ fn a_plain_masked_lm_is_sparse_with_pooling_method_splade() {
     let dense = Server::start(&["--model-id", &m, "--no-model-warmup"]);
     let r = dense.post_json("/embeddings", &json!({"input": "a cat", "encoding_format": "sparse"}));
     r.assert_error(400);
-    assert!(r.body.contains("not a sparse encoder"), "{}", r.body);
+    assert!(r.body.contains("has no sparse output"), "{}", r.body);
     let r = dense.post_json("/embed_sparse", &json!({"inputs": "a cat"}));
     assert_eq!(r.status, 424, "{}", r.body);
 }
@@ -207,4 +207,74 @@ fn embeds_and_reranks_on_every_path(family: &str) {
             assert!((got - want).abs() < 1e-4, "{flags:?} document {i}: {got} vs {want}");
         }
     }
+}
+
+/// BGE-M3's lexical weights from the reference, as (index, value) pairs.
+fn lexical_pairs(r: &Value, i: usize) -> Vec<(u64, f32)> {
+    let w = r["lexical_weights"][i].as_object().unwrap();
+    w.iter().map(|(k, v)| (k.parse().unwrap(), v.as_f64().unwrap() as f32)).collect()
+}
+
+#[test]
+fn bge_m3_serves_dense_sparse_and_colbert_outputs_on_every_path() {
+    let m = tiny("bge-m3");
+    let r = reference("bge-m3");
+    let default: Run = (&[], &[]);
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", m.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        let caps = s.get("/models").json()["data"][0]["capabilities"].clone();
+        assert_eq!(caps, json!(["embed", "sparse", "colbert"]), "{flags:?}");
+        let input = only_texts(&r);
+        // Dense by default, the sentence-transformers CLS embedding, normalized.
+        let dense = s.post_json("/embeddings", &json!({"input": input})).json();
+        let sparse = s.post_json("/embeddings", &json!({"input": input, "output": "sparse"})).json();
+        let by_format = s.post_json("/embeddings", &json!({"input": input, "encoding_format": "sparse"})).json();
+        let tei = s.post_json("/embed_sparse", &json!({"inputs": input})).json();
+        let colbert = s.post_json("/embeddings", &json!({"input": input, "output": "colbert"})).json();
+        let colbert64 =
+            s.post_json("/embeddings", &json!({"input": input, "output": "colbert", "encoding_format": "base64"}));
+        let colbert64 = colbert64.json();
+        for (i, (at, _)) in texts(&r).into_iter().enumerate() {
+            let what = format!("{flags:?} {env:?} text {i}");
+            let (g, w) = (floats(&dense["data"][i]["embedding"]), floats(&r["vectors"][at]));
+            let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(d < 1e-4, "{what}: dense differs by {d}");
+            let want = lexical_pairs(&r, at);
+            assert_sparse_close(&pairs(&sparse["data"][i]["embedding"]), &want, &format!("{what} output sparse"));
+            assert_sparse_close(&pairs(&by_format["data"][i]["embedding"]), &want, &format!("{what} format sparse"));
+            assert_sparse_close(&pairs(&tei[i]), &want, &format!("{what} /embed_sparse"));
+            let want: Vec<Vec<f32>> = r["colbert_vecs"][at].as_array().unwrap().iter().map(floats).collect();
+            let got = colbert["data"][i]["embedding"].as_array().unwrap();
+            assert_eq!(got.len(), want.len(), "{what}: one ColBERT vector per token after the first");
+            for (g, w) in got.iter().zip(&want) {
+                let d = floats(g).iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(d < 1e-4, "{what}: ColBERT vector differs by {d}");
+            }
+            let packed = colbert64["data"][i]["embedding"].as_str().unwrap();
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(packed).unwrap();
+            assert_eq!(bytes.len(), 4 * want.len() * 32, "{what}: base64 ColBERT rows");
+        }
+    }
+}
+
+#[test]
+fn outputs_a_model_lacks_are_refused() {
+    let (m3, embed) = (tiny("bge-m3"), tiny("distilbert-embed"));
+    let s = Server::start(&["--model-id", &m3, "--model-id", &embed, "--no-model-warmup"]);
+    let body = json!({"model": "tiny/distilbert-embed", "input": "a cat", "output": "colbert"});
+    let r = s.post_json("/embeddings", &body);
+    let err = r.assert_error(400);
+    assert!(r.body.contains("has no ColBERT output"), "{}", r.body);
+    assert_eq!(err["error"]["param"], "output");
+    let r = s.post_json("/embeddings", &json!({"model": "tiny/distilbert-embed", "input": "a", "output": "sparse"}));
+    r.assert_error(400);
+    let body = json!({"model": "tiny/bge-m3", "input": "a cat", "output": "sparse", "encoding_format": "base64"});
+    s.post_json("/embeddings", &body).assert_error(400);
+    let body = json!({"model": "tiny/bge-m3", "input": "a cat", "output": "colbert", "encoding_format": "sparse"});
+    s.post_json("/embeddings", &body).assert_error(400);
+    let r = s.post_json("/embeddings", &json!({"model": "tiny/bge-m3", "input": "a cat", "output": "lexical"}));
+    assert!(r.status == 400 || r.status == 422, "an unknown output: {}", r.body);
 }

@@ -81,6 +81,11 @@ pub struct ModelInfo {
     pub token_outputs: bool,
     /// A sparse encoder (SPLADE): each output is one weight per vocabulary entry, mostly zero.
     pub sparse: bool,
+    /// Whether the model returns its vocabulary weights as [`crate::OutputKind::Sparse`] (SPLADE; BGE-M3 beside
+    /// its dense embedding).
+    pub sparse_output: bool,
+    /// The width of the ColBERT vectors the model returns as [`crate::OutputKind::MultiVector`] (BGE-M3).
+    pub colbert_dim: Option<usize>,
     /// Named prompts from `config_sentence_transformers.json` (TEI's `prompt_name`, Cohere's `input_type`).
     pub prompts: crate::st_config::Prompts,
 }
@@ -101,10 +106,24 @@ impl ModelInfo {
         if self.audio_input {
             caps.push("audio_embed");
         }
-        if self.sparse {
+        if self.sparse || self.sparse_output {
             caps.push("sparse");
         }
+        if self.colbert_dim.is_some() {
+            caps.push("colbert");
+        }
         caps
+    }
+
+    /// Whether the model computes `kind` (the others return their one output).
+    pub fn honours(&self, kind: crate::OutputKind) -> bool {
+        use crate::OutputKind;
+        match kind {
+            OutputKind::Default => true,
+            OutputKind::Unnormalized | OutputKind::Tokens => self.token_outputs,
+            OutputKind::Sparse => self.sparse_output,
+            OutputKind::MultiVector => self.colbert_dim.is_some(),
+        }
     }
 }
 
@@ -424,6 +443,8 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         audio_cost: 0,
         token_outputs: false,
         sparse: false,
+        sparse_output: false,
+        colbert_dim: None,
         prompts: Default::default(),
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
@@ -474,6 +495,8 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         audio_cost,
         token_outputs: false,
         sparse: false,
+        sparse_output: false,
+        colbert_dim: None,
         prompts: Default::default(),
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
@@ -505,6 +528,8 @@ fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes
         audio_cost: 0,
         token_outputs: false,
         sparse: false,
+        sparse_output: false,
+        colbert_dim: None,
         prompts: Default::default(),
     }
 }

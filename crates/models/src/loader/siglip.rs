@@ -70,6 +70,8 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         audio_cost: 0,
         token_outputs: false,
         sparse: false,
+        sparse_output: false,
+        colbert_dim: None,
         prompts: Default::default(),
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });

@@ -1,11 +1,12 @@
 //! Text encoders (the BERT family, ModernBERT): what every family shares, from the sentence-transformers
 //! files, window and tokenizer to the head its task needs, and each family's own weights and heads.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_nn::VarBuilder;
 
+use super::checkpoint::Checkpoint;
 use super::{
     backend_for, calibrate, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel,
     Model, ModelInfo, Task,
@@ -17,7 +18,7 @@ use crate::backend::Ops;
 use crate::batch::{Batch, Output};
 use crate::encoder::{Encoder, OnBackend, TokenEncoder};
 use crate::error::{read_json, weights, ModelError};
-use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, PostStep, Residual};
+use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, LexicalAndColbert, PostStep, Residual};
 use crate::layers::Weights;
 use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
 use crate::models::deberta::{self, Deberta, DebertaConfig};
@@ -26,7 +27,7 @@ use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::models::splade::{Splade, SpladeModel};
 use crate::pooling::{Pooling, PoolingChoice};
 use crate::st_config::{DenseActivation, PostModule, SentenceTransformerConfig};
-use crate::tokenizer::TextTokenizer;
+use crate::tokenizer::{SpecialTokens, TextTokenizer};
 
 /// What every text encoder's loading starts from.
 struct Setup {
@@ -39,6 +40,8 @@ struct Setup {
     backend: Backend,
     int8: bool,
     info: ModelInfo,
+    /// BGE-M3's sparse and ColBERT heads, for an embedder that ships them.
+    side: Option<LexicalAndColbert>,
 }
 
 impl Setup {
@@ -85,9 +88,22 @@ impl Setup {
             // The head sees every token's state: it can skip normalization or return the states themselves.
             token_outputs: true,
             sparse: false,
+            sparse_output: false,
+            colbert_dim: None,
             prompts: st.prompts.clone(),
         };
-        Ok(Setup { st, task, pooling, tokenizer, device, vb, backend, int8: opts.dtype == DType::Int8, info })
+        Ok(Setup {
+            st,
+            task,
+            pooling,
+            tokenizer,
+            device,
+            vb,
+            backend,
+            int8: opts.dtype == DType::Int8,
+            info,
+            side: None,
+        })
     }
 
     fn finish(
@@ -119,7 +135,10 @@ impl Setup {
             Task::Embed => {
                 let (post, dim) = post_steps(&self.st.post, h, &self.device)?;
                 self.info.normalize = post.iter().any(|s| matches!(s, PostStep::Normalize));
-                (Head::Pool { pooling: self.pooling, post }, dim)
+                let side = self.side.take().map(Box::new);
+                self.info.sparse_output = side.is_some();
+                self.info.colbert_dim = side.as_ref().map(|s| s.colbert.out_dim());
+                (Head::Pool { pooling: self.pooling, post, side }, dim)
             }
             Task::MultiVector => {
                 let proj = HostLinear::load_no_bias(self.vb.pp("linear"), h).map_err(weights)?;
@@ -189,12 +208,17 @@ pub(super) fn load_bert_family(
         let mut setup = setup;
         setup.info.dim = cfg.vocab_size;
         setup.info.sparse = true;
+        setup.info.sparse_output = true;
         // The output is the pooled vocabulary weights, nothing per token, never normalized.
         setup.info.token_outputs = false;
         return setup.finish(dir, model, backend, bytes);
     }
     let (encoder, backend) = encoder_of(&BertFamily(&cfg, flavor), &setup, bert::root(vb))?;
     let h = cfg.hidden_size;
+    let mut setup = setup;
+    if setup.task == Task::Embed {
+        setup.side = lexical_and_colbert(dir, &setup, h)?;
+    }
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
         let (dense, act, out) = match class {
             BertClass::Bert => {
@@ -211,6 +235,29 @@ pub(super) fn load_bert_family(
             out: HostLinear::load(out, h, labels).map_err(weights)?,
         })
     })
+}
+
+/// BGE-M3's heads, where the folder ships both beside the encoder as FlagEmbedding saves them
+/// (`sparse_linear.pt`, `colbert_linear.pt`: PyTorch pickles of `nn.Linear` state dicts).
+fn lexical_and_colbert(dir: &Path, setup: &Setup, hidden: usize) -> Result<Option<LexicalAndColbert>, ModelError> {
+    let (sparse, colbert) = (dir.join("sparse_linear.pt"), dir.join("colbert_linear.pt"));
+    if !sparse.exists() || !colbert.exists() {
+        return Ok(None);
+    }
+    let vb = |path: PathBuf| Checkpoint::Pickles(vec![path]).var_builder(&setup.device);
+    let sparse = HostLinear::load(vb(sparse)?, hidden, 1).map_err(weights)?;
+    let colbert = HostLinear::load_sized(vb(colbert)?, hidden).map_err(weights)?;
+    if setup.tokenizer.vocab_size() >= 1 << 24 {
+        return Err(ModelError::Unsupported(format!("a vocabulary of {} tokens", setup.tokenizer.vocab_size())));
+    }
+    // FlagEmbedding leaves out its tokenizer's cls, eos, pad and unk tokens.
+    let named = SpecialTokens::read(dir)?;
+    let skip = [named.cls_token, named.eos_token, named.pad_token, named.unk_token]
+        .into_iter()
+        .flatten()
+        .filter_map(|t| setup.tokenizer.token_id(&t))
+        .collect();
+    Ok(Some(LexicalAndColbert { sparse, colbert, skip }))
 }
 
 /// ModernBERT: embedders and cross-encoders / classifiers (`classifier_pooling` cls or mean).

@@ -5,7 +5,7 @@
 use candle_nn::VarBuilder;
 
 use crate::backend::Ops;
-use crate::batch::{Batch, Output};
+use crate::batch::{sparse_pairs, Batch, Output, OutputKind};
 use crate::error::ModelError;
 use crate::layers::Weights;
 use crate::loader::Model;
@@ -115,6 +115,13 @@ impl<O: Ops> Model for SpladeModel<O> {
         if batch.is_empty() {
             return Ok(Output::default());
         }
-        Ok(Output { vectors: self.splade.forward(&self.ops, batch)? })
+        let mut vectors = self.splade.forward(&self.ops, batch)?;
+        // Sequences that asked for sparse weights get only the non-zero ones.
+        for (i, v) in vectors.iter_mut().enumerate() {
+            if batch.output(i) == OutputKind::Sparse {
+                *v = sparse_pairs(v.iter().enumerate().filter(|(_, w)| **w != 0.0).map(|(id, &w)| (id as u32, w)));
+            }
+        }
+        Ok(Output { vectors })
     }
 }

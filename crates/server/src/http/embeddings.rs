@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use aleph_engine::{Input, ModelHandle};
+use aleph_engine::{Input, ModelHandle, RunOptions, RunResult};
 use aleph_models::pooling::l2_normalize;
 use aleph_models::quantize::EmbeddingDtype;
-use aleph_models::Task;
+use aleph_models::{OutputKind, Task};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -15,8 +15,8 @@ use base64::Engine as _;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::schemas::{
-    response_id, unix_now, EmbeddingObject, EmbeddingRequest, EmbeddingResponse, EmbeddingValue, EncodingFormat,
-    InputItem, InputItems, MediaEmbeddingRequest, Modality, SparseValue, Usage,
+    response_id, unix_now, EmbeddingObject, EmbeddingOutput, EmbeddingRequest, EmbeddingResponse, EmbeddingValue,
+    EncodingFormat, InputItem, InputItems, MediaEmbeddingRequest, Modality, SparseValue, Usage,
 };
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
@@ -102,6 +102,7 @@ async fn media_route(
         user: None,
         modality,
         prompt_name: None,
+        output: EmbeddingOutput::Dense,
     };
     let result = embed(&state, model, req).await;
     observe(model.name(), route, &result);
@@ -153,17 +154,43 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         ))
         .with_param("encoding_format"));
     }
-    let sparse = req.encoding_format == EncodingFormat::Sparse;
-    if sparse && !model.info().sparse {
-        return Err(ApiError::bad_request(format!(
-            "model `{}` is not a sparse encoder (SPLADE); request encoding_format `float` or `base64`",
-            model.name()
-        ))
-        .with_param("encoding_format"));
+    let output = match (req.output, req.encoding_format) {
+        (EmbeddingOutput::Dense, EncodingFormat::Sparse) => EmbeddingOutput::Sparse,
+        (o, _) => o,
+    };
+    let kind = match output {
+        EmbeddingOutput::Dense => OutputKind::Default,
+        EmbeddingOutput::Sparse if !model.info().sparse_output => {
+            return Err(ApiError::bad_request(format!(
+                "model `{}` has no sparse output (SPLADE or BGE-M3); request the dense embedding",
+                model.name()
+            ))
+            .with_param(if req.output == EmbeddingOutput::Sparse { "output" } else { "encoding_format" }));
+        }
+        EmbeddingOutput::Sparse if req.encoding_format == EncodingFormat::Base64 => {
+            return Err(ApiError::bad_request("sparse weights come as `[{index, value}]`, not base64")
+                .with_param("encoding_format"));
+        }
+        EmbeddingOutput::Sparse => OutputKind::Sparse,
+        EmbeddingOutput::Colbert if model.info().colbert_dim.is_none() => {
+            return Err(ApiError::bad_request(format!(
+                "model `{}` has no ColBERT output (BGE-M3); request the dense embedding",
+                model.name()
+            ))
+            .with_param("output"));
+        }
+        EmbeddingOutput::Colbert if req.encoding_format == EncodingFormat::Sparse => {
+            return Err(ApiError::bad_request("ColBERT vectors come as `float` or `base64`, not sparse")
+                .with_param("encoding_format"));
+        }
+        EmbeddingOutput::Colbert => OutputKind::MultiVector,
+    };
+    let result = model.run_with(inputs, RunOptions { output: kind, ..Default::default() }).await?;
+    if kind == OutputKind::Sparse {
+        return Ok(sparse_response(model, result));
     }
-    let result = model.run(inputs).await?;
-    let multi = model.info().task == Task::MultiVector;
-    let dim = model.info().dim;
+    let multi = model.info().task == Task::MultiVector || kind == OutputKind::MultiVector;
+    let dim = if kind == OutputKind::MultiVector { model.info().colbert_dim.unwrap_or(0) } else { model.info().dim };
     // A cut unit vector is no longer unit: rescale it, as OpenAI, TEI and sentence-transformers do, so
     // dot products still rank by cosine. Quantized outputs keep the cut values, which the calibrated
     // ranges were measured on.
@@ -201,7 +228,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
             let embedding = match req.encoding_format {
                 EncodingFormat::Float => EmbeddingValue::Float(v),
                 EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&v)),
-                EncodingFormat::Sparse => EmbeddingValue::Sparse(SparseValue::of(&v)),
+                EncodingFormat::Sparse => EmbeddingValue::Sparse(SparseValue::nonzero(&v)),
             };
             EmbeddingObject { object: "embedding", embedding, index }
         })
@@ -216,6 +243,30 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     };
     let headers: HeaderMap = timing_headers(result.tokenization_time, result.queue_time, result.inference_time);
     Ok((headers, Json(body)).into_response())
+}
+
+/// Sparse weights per input, `[{index, value}]`, in the embeddings envelope.
+fn sparse_response(model: &ModelHandle, result: RunResult) -> Response {
+    let data = result
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(index, v)| EmbeddingObject {
+            object: "embedding",
+            embedding: EmbeddingValue::Sparse(SparseValue::of(v)),
+            index,
+        })
+        .collect();
+    let body = EmbeddingResponse {
+        object: "list",
+        data,
+        model: model.name().to_string(),
+        usage: Usage::tokens(result.prompt_tokens),
+        id: response_id(),
+        created: unix_now() as u64,
+    };
+    let headers: HeaderMap = timing_headers(result.tokenization_time, result.queue_time, result.inference_time);
+    (headers, Json(body)).into_response()
 }
 
 /// `dimensions`: absent or 0 keeps the whole vector, 1..=dim keeps a prefix, anything else is a 400.

@@ -41,6 +41,7 @@ use super::{classify, cohere, embeddings, error, health, models, rerank, schemas
         schemas::EmbeddingValue,
         schemas::StringOrList,
         schemas::EncodingFormat,
+        schemas::EmbeddingOutput,
         schemas::Modality,
         schemas::Usage,
         schemas::RerankRequest,

@@ -194,8 +194,23 @@ pub enum EncodingFormat {
     Float,
     Base64,
     /// A sparse encoder's (SPLADE) non-zero weights as `[{index, value}]`, `index` a vocabulary id
-    /// (Aleph's extension; a sparse model's default answer is the dense vocabulary-wide vector).
+    /// (Aleph's extension; a sparse model's default answer is the dense vocabulary-wide vector). The same as
+    /// `output: "sparse"`.
     Sparse,
+}
+
+/// Which of a model's outputs a request wants (Aleph's extension, for models with several: BGE-M3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingOutput {
+    /// The model's embedding (for SPLADE, its vocabulary-wide weights).
+    #[default]
+    Dense,
+    /// The non-zero vocabulary weights as `[{index, value}]` (SPLADE; BGE-M3's lexical weights).
+    Sparse,
+    /// One vector per token after the first (BGE-M3's ColBERT vectors), as `[[...], ...]` or, with
+    /// `encoding_format: "base64"`, the rows concatenated.
+    Colbert,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
@@ -244,6 +259,9 @@ pub struct EmbeddingRequest {
     /// sentence-transformers' `prompt_name`); default: `--default-prompt-name`, if set.
     #[serde(default)]
     pub prompt_name: Option<String>,
+    /// `dense` (the default), `sparse` or `colbert`: which output of a model that has several.
+    #[serde(default, deserialize_with = "null_default")]
+    pub output: EmbeddingOutput,
 }
 
 /// `POST /embeddings_image` and `/embeddings_audio` (deprecated): media references only.
@@ -282,8 +300,13 @@ pub struct SparseValue {
 }
 
 impl SparseValue {
-    /// The non-zero entries of `v`, by index.
+    /// The entries of a sparse output ([`aleph_models::sparse_pairs`]), by index.
     pub fn of(v: &[f32]) -> Vec<SparseValue> {
+        aleph_models::read_sparse_pairs(v).map(|(id, value)| SparseValue { index: id as usize, value }).collect()
+    }
+
+    /// The non-zero entries of a dense vector, by index.
+    pub fn nonzero(v: &[f32]) -> Vec<SparseValue> {
         v.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(index, &value)| SparseValue { index, value }).collect()
     }
 }

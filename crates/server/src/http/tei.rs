@@ -497,15 +497,15 @@ pub async fn embed_sparse(State(state): State<Arc<AppState>>, request: Request) 
 
 async fn embed_sparse_request(state: &Arc<AppState>, req: EmbedRequest) -> TeiResult {
     let model = pick(state, req.model.as_deref(), "sparse")?;
-    if !model.info().sparse {
+    if !model.info().sparse_output {
         return Err(TeiError::backend(format!(
-            "Backend error: Model is not an embedding model with SPLADE pooling (`{}` is {})",
+            "Backend error: Model is not an embedding model with SPLADE pooling or BGE-M3's sparse head (`{}` is {})",
             model.name(),
             model.info().architecture
         )));
     }
     let inputs = texts_checked(state, model, req.prompt_name.as_deref(), req.inputs)?;
-    let out = model.run_with(inputs, options(req.truncate, req.truncation_direction, OutputKind::Default)).await?;
+    let out = model.run_with(inputs, options(req.truncate, req.truncation_direction, OutputKind::Sparse)).await?;
     let sparse: Vec<Vec<SparseValue>> = out.vectors.iter().map(|v| SparseValue::of(v)).collect();
     Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(sparse)).into_response())
 }
