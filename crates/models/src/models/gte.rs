@@ -35,6 +35,8 @@ pub struct GteConfig {
     pub layer_norm_eps: f64,
     pub rms_norm: bool,
     pub rope_theta: f64,
+    /// The remote code's NTK scaling: `(factor, mixed_b)` (gte-large-en-v1.5, gte-multilingual-base).
+    pub rope_ntk: Option<(f64, Option<f64>)>,
     pub pack_qkv: bool,
     /// NomicBERT's optional biases (GTE always has them on the projections, never on up/gate).
     pub qkv_bias: bool,
@@ -105,10 +107,18 @@ impl GteConfig {
         if f.logn_attention_scale == Some(true) {
             return unsupported("logn_attention_scale".into());
         }
-        if let Some(scaling) = f.rope_scaling.as_ref().filter(|s| !s.is_null()) {
-            // NewModel's NTK scaling (gte-large-en-v1.5, gte-multilingual-base): not implemented yet.
-            return unsupported(format!("rope_scaling {scaling} (only unscaled rotary positions)"));
-        }
+        // NewEmbeddings reads `type` and `factor` (and NTK's optional `mixed_b`); any other type raises there.
+        let rope_ntk = match f.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+            None => None,
+            Some(s) => {
+                let kind = s.get("type").or_else(|| s.get("rope_type")).and_then(|t| t.as_str());
+                let factor = s.get("factor").and_then(|x| x.as_f64());
+                match (kind, factor, native) {
+                    (Some("ntk"), Some(factor), false) => Some((factor, s.get("mixed_b").and_then(|b| b.as_f64()))),
+                    _ => return unsupported(format!("rope_scaling {s} (only the remote code's `ntk` with a factor)")),
+                }
+            }
+        };
         let mut theta = f.rope_theta.unwrap_or(if native { 160_000.0 } else { 10_000.0 });
         if let Some(p) = f.rope_parameters.as_ref().filter(|p| !p.is_null()) {
             let kind = p.get("rope_type").and_then(|t| t.as_str()).unwrap_or("default");
@@ -135,6 +145,7 @@ impl GteConfig {
             layer_norm_eps: f.layer_norm_eps.unwrap_or(1e-12),
             rms_norm,
             rope_theta: theta,
+            rope_ntk,
             pack_qkv: f.pack_qkv.unwrap_or(true),
             qkv_bias: true,
             mlp_up_bias: false,
@@ -207,6 +218,7 @@ impl GteConfig {
             layer_norm_eps: f.layer_norm_epsilon.or(f.layer_norm_eps).unwrap_or(if remote { 1e-5 } else { 1e-12 }),
             rms_norm: false,
             rope_theta: theta,
+            rope_ntk: None,
             pack_qkv: true,
             qkv_bias: bias(f.qkv_proj_bias),
             mlp_up_bias: bias(f.mlp_fc1_bias),
@@ -340,7 +352,10 @@ impl<O: Ops> Gte<O> {
             types: cfg.type_vocab_size,
             max_positions: cfg.max_position_embeddings,
             head_dim,
-            inv_freq: rotary::inv_freq(cfg.rope_theta, head_dim),
+            inv_freq: match cfg.rope_ntk {
+                Some((factor, mixed_b)) => rotary::ntk_inv_freq(cfg.rope_theta, head_dim, factor, mixed_b),
+                None => rotary::inv_freq(cfg.rope_theta, head_dim),
+            },
             weight_bytes: w.bytes() - start,
         })
     }
@@ -426,8 +441,11 @@ mod tests {
             7.0
         );
         assert!(read(r#"{"layer_norm_type": "rms_norm"}"#, "new").unwrap().rms_norm);
+        let ntk = read(r#"{"rope_scaling": {"type": "ntk", "factor": 8.0}}"#, "new").unwrap();
+        assert_eq!(ntk.rope_ntk, Some((8.0, None)));
         for (refused, field) in [
-            (r#"{"rope_scaling": {"type": "ntk", "factor": 2.0}}"#, "rope_scaling"),
+            (r#"{"rope_scaling": {"type": "linear", "factor": 2.0}}"#, "rope_scaling"),
+            (r#"{"rope_scaling": {"type": "ntk"}}"#, "rope_scaling"),
             (r#"{"logn_attention_scale": true}"#, "logn"),
             (r#"{"position_embedding_type": "absolute"}"#, "absolute"),
             (r#"{"rope_parameters": {"rope_type": "yarn", "rope_theta": 7.0}}"#, "yarn"),
