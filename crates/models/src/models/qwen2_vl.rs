@@ -19,6 +19,8 @@ use crate::media::image::Pixels;
 #[derive(Debug, Clone, Deserialize)]
 pub struct RopeParameters {
     pub rope_theta: Option<f64>,
+    /// transformers 5's name for the rotary variant (`default`, or `mrope` with its sections).
+    pub rope_type: Option<String>,
 }
 
 /// `Qwen2VLVisionConfig`; hub configs omit what equals the class defaults, so every field has them.
@@ -71,6 +73,23 @@ pub struct TextConfig {
     pub rms_norm_eps: f64,
     pub rope_theta: Option<f64>,
     pub rope_parameters: Option<RopeParameters>,
+    /// transformers 4's `{"type": "mrope", "mrope_section": [...]}`.
+    pub rope_scaling: Option<serde_json::Value>,
+}
+
+impl TextConfig {
+    /// Multimodal RoPE (`mrope`) is plain RoPE on one position per token, which is what the decoder computes
+    /// here; a scaled variant (`yarn`, `dynamic`, `linear`, ...) is refused.
+    fn check_rope(&self) -> Result<(), ModelError> {
+        let legacy = self.rope_scaling.as_ref().filter(|s| !s.is_null());
+        let kind = legacy
+            .and_then(|s| s.get("type").or_else(|| s.get("rope_type")).and_then(|t| t.as_str()).map(str::to_string))
+            .or_else(|| self.rope_parameters.as_ref().and_then(|r| r.rope_type.clone()));
+        match kind.as_deref() {
+            None | Some("default") | Some("mrope") => Ok(()),
+            Some(other) => Err(ModelError::Unsupported(format!("Qwen2 rope type `{other}` (only default and mrope)"))),
+        }
+    }
 }
 
 fn d4f() -> f64 {
@@ -254,6 +273,7 @@ impl<O: Ops> Qwen2<O> {
             causal: true,
         };
         spec.check("Qwen2")?;
+        cfg.check_rope()?;
         let theta = cfg.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(cfg.rope_theta).unwrap_or(1_000_000.0);
         Ok(Qwen2 {
             embed: w.pp("embed_tokens").table(cfg.vocab_size, h)?,
@@ -284,5 +304,23 @@ impl<O: Ops> Qwen2<O> {
         let (cos, sin) = tables(o, &angles(&self.inv_freq, positions), positions.len(), self.inv_freq.len())?;
         pre_norm_stack(o, &self.layers, x, seqs, Positional::Rotary(&cos, &sin))?;
         o.norm(x, &self.norm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaled_rotary_variants_are_refused() {
+        let cfg = |json: &str| serde_json::from_str::<TextConfig>(json).unwrap();
+        assert!(cfg(r#"{"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}"#).check_rope().is_ok());
+        assert!(cfg(r#"{"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}"#).check_rope().is_ok());
+        for bad in
+            [r#"{"rope_scaling": {"type": "yarn", "factor": 4.0}}"#, r#"{"rope_parameters": {"rope_type": "dynamic"}}"#]
+        {
+            let err = cfg(bad).check_rope().unwrap_err().to_string();
+            assert!(err.contains("rope type"), "{bad}: {err}");
+        }
     }
 }
