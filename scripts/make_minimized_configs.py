@@ -9,7 +9,7 @@ all-MiniLM-L6-v2's) with the fields a transformers version leaves out when it sa
 4.50-4.57 drop the token ids and other base fields equal to a nested config's class defaults, 4.32-4.49
 drop every nested field equal to its default. `strict`: every field equal to its (sub-)config class's
 default dropped, at every level: a hand-minimized config. No torch is needed: only the config classes.
-The weights stay the fixtures' own; crates/models/tests/minimized_configs.rs checks that Aleph computes
+The weights stay the fixtures' own; crates/models/tests/suite/minimized_configs.rs checks that Aleph computes
 the same outputs from these configs as from the full ones.
 """
 import glob

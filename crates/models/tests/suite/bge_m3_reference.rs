@@ -2,7 +2,7 @@
 //! pass, the dense CLS embedding, the lexical weights of `sparse_linear.pt` and the ColBERT vectors of
 //! `colbert_linear.pt`, each asked for per sequence in one mixed batch, on both backends.
 
-mod common;
+use crate::common;
 
 use aleph_models::{load, read_sparse_pairs, Batch, LoadOptions, OutputKind};
 use common::{backends, fixtures, floats, max_diff, reference, rows};

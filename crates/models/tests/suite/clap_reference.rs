@@ -5,7 +5,7 @@
 
 use aleph_models::{load, Backend, Batch, LoadOptions};
 
-mod common;
+use crate::common;
 use common::{backends, fixtures, floats, max_diff, reference};
 
 #[test]

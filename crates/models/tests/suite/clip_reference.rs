@@ -7,7 +7,7 @@ use aleph_models::{load, Backend, Batch, LoadOptions};
 use base64::Engine as _;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{backends, fixtures, floats, max_diff, reference};
 
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {

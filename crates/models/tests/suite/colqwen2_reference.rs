@@ -4,7 +4,7 @@
 
 use aleph_models::{load, Backend, LoadOptions, Pixels};
 
-mod common;
+use crate::common;
 use common::{
     backends, check_multivector_queries, fixtures, floats, ids, max_diff, preprocess_like_transformers, reference, rows,
 };

@@ -4,7 +4,7 @@
 //! classifier, and in DeBERTa-v2's other one (separate position projections, absolute positions, clamped
 //! offsets, c2p only) for an embedder.
 
-mod common;
+use crate::common;
 
 use common::{check_classifier, check_cross_encoder, check_embedder, check_int8_close};
 

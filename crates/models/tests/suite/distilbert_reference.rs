@@ -4,7 +4,7 @@
 //! masked-LM heads (the BERT one a plain folder with one `pytorch_model.bin`, served with `--pooling-method
 //! splade`).
 
-mod common;
+use crate::common;
 
 use aleph_models::{load, Backend, Batch, DType, LoadOptions, PoolingChoice};
 use common::{backends, fixtures, floats, max_diff, reference};

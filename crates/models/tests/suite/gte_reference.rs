@@ -2,7 +2,7 @@
 //! as Alibaba ships it (`model_type: new`, its remote code named in `auto_map`), a cross-encoder as
 //! transformers 5 saves its port (`model_type: gte`, two token types).
 
-mod common;
+use crate::common;
 
 use common::{check_cross_encoder, check_embedder, check_int8_close};
 

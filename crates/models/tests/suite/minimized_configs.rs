@@ -6,7 +6,7 @@
 //! its fixture's weights and tokenizer; the model must compute exactly what it computes from the full
 //! config, whose outputs the reference tests hold to transformers'.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! rotary bases, a GeGLU MLP, an embedder with CLS pooling and a cross-encoder with mean
 //! `classifier_pooling`.
 
-mod common;
+use crate::common;
 
 use common::{check_cross_encoder, check_embedder, check_int8_close};
 

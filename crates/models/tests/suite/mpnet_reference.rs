@@ -1,7 +1,7 @@
 //! MPNet against transformers: the relative-position buckets, a tiny seeded embedder (sentence-transformers'
 //! mean pooling) and cross-encoder, on both backends (scripts/make_mpnet_reference.py made the fixtures).
 
-mod common;
+use crate::common;
 
 use aleph_models::models::bert::relative_bucket;
 use common::{check_cross_encoder, check_embedder, check_int8_close, reference};

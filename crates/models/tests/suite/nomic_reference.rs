@@ -2,7 +2,7 @@
 //! embedder as nomic-ai ships it (`model_type: nomic_bert`, the remote code's config names, `auto_map`), a
 //! cross-encoder as transformers 5 saves its port.
 
-mod common;
+use crate::common;
 
 use common::{check_cross_encoder, check_embedder, check_int8_close};
 

@@ -1,7 +1,7 @@
 //! What a checkpoint asks for and a backend does not implement is refused at load, on every backend,
 //! naming the field and its value; what one backend runs, the other runs the same.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

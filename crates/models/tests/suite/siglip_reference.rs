@@ -3,7 +3,7 @@
 
 use aleph_models::{load, Backend, Batch, LoadOptions, Pixels};
 
-mod common;
+use crate::common;
 use common::{backends, fixtures, floats, max_diff, preprocess_like_transformers, reference};
 
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {

@@ -2,7 +2,7 @@
 //! spawned binary. Each gets the expected 4xx in the OpenAI envelope, and the server keeps answering
 //! correctly afterwards.
 
-mod common;
+use crate::common;
 
 use common::{floats, minilm, repo_root, Server};
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! the window) and texts into one space, the deprecated route, and the audio errors. The model is the
 //! tiny seeded CLAP from scripts/make_tiny_media_models.py.
 
-mod common;
+use crate::common;
 
 use common::media::{data_uri, file_uri, max_diff, start_web, wav_16bit_mono, OTHER_PATHS};
 use common::{floats, repo_root, Server};

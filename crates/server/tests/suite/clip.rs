@@ -2,7 +2,7 @@
 //! SSRF guard, and every media error. The model is the tiny seeded CLIP from
 //! scripts/make_tiny_media_models.py; a local HTTP server plays the web.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::media::{data_uri, file_uri, max_diff, media_dir, start_web, wav_16bit_mono, OTHER_PATHS};

@@ -1,6 +1,6 @@
 //! Cohere's v2 embed and rerank on the spawned binary, checked against the Infinity routes' answers.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::{cosine, floats, minilm_dir, repo_root, Server};

@@ -1,7 +1,7 @@
 //! ColBERT (late interaction) on a tiny seeded model generated with transformers
 //! (scripts/make_tiny_models.py): per-token vectors, and MaxSim reranking.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::{floats, repo_root, Server};

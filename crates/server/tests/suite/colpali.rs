@@ -2,7 +2,7 @@
 //! into per-token vectors (lists of lists, or flattened base64), MaxSim scores as transformers' vectors
 //! give them, and the image errors.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::media::{file_uri, max_diff};

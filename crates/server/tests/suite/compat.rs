@@ -2,7 +2,7 @@
 //! renormalized `dimensions`, `GET /models/{id}`, content types, error bodies, replicas and the
 //! vector disk cache, against the spawned binary.
 
-mod common;
+use crate::common;
 
 use common::{cosine, floats, minilm, repo_root, Server};
 use serde_json::{json, Value};

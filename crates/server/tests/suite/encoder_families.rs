@@ -5,7 +5,7 @@
 //! from pickles, ModernBERT's, GTE's, NomicBERT's and DeBERTa's embedders and cross-encoders (DeBERTa's by
 //! scripts/make_deberta.py).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! graceful shutdown. Most use the weight-free debug engine, whose inputs can inject faults
 //! (`__fail__`, `__panic__`) and delays (`__slow__`, 400 ms per batch).
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! The HTTP contract, against the spawned binary serving the real all-MiniLM-L6-v2.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::{cosine, floats, minilm, Server};

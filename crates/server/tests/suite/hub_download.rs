@@ -1,7 +1,7 @@
 //! Model resolution through the HuggingFace hub protocol, against a local server that serves the hub's
 //! file layout (`/api/models/{id}/revision/{rev}` and `/{id}/resolve/{rev}/{file}` with range requests).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

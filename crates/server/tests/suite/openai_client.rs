@@ -1,7 +1,7 @@
 //! The official OpenAI Python SDK works against Aleph unchanged (tests/python/openai_embeddings.py).
 //! Needs a Python with `openai` installed: `ALEPH_TEST_PYTHON`, else `python3` (scripts/test.sh sets it up).
 
-mod common;
+use crate::common;
 
 use common::{minilm, repo_root, Server};
 

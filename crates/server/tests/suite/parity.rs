@@ -1,7 +1,7 @@
 //! all-MiniLM-L6-v2 served by Aleph matches sentence-transformers (reference vectors committed in
 //! tests/fixtures/minilm, made by scripts/make_minilm_reference.py).
 
-mod common;
+use crate::common;
 
 use common::{cosine, floats, minilm, repo_root, Server};
 use serde_json::{json, Value};

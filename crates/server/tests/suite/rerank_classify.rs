@@ -1,7 +1,7 @@
 //! Rerank, classify and the XLM-RoBERTa family, on tiny seeded random models generated with transformers
 //! (scripts/make_tiny_models.py; reference outputs committed beside each model).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

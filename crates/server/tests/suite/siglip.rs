@@ -1,7 +1,7 @@
 //! SigLIP over HTTP on the tiny seeded model from scripts/make_tiny_media_models.py: images and texts into
 //! one space, L2-normalized, equal to transformers' embeddings; several models in one process.
 
-mod common;
+use crate::common;
 
 use common::media::{file_uri, max_diff, OTHER_PATHS};
 use common::{floats, repo_root, Server};

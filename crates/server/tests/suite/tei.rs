@@ -1,7 +1,7 @@
 //! TEI's API (text-embeddings-inference 1.9) beside Infinity's, on the spawned binary: every route, its
 //! defaults and its error shape, checked against the Infinity routes' answers for the same inputs.
 
-mod common;
+use crate::common;
 
 use common::{cosine, floats, minilm, repo_root, Server};
 use serde_json::{json, Value};

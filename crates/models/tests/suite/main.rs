@@ -1,0 +1,18 @@
+//! Model-level reference tests: one test binary (one link instead of one per file), a module per subject.
+
+mod common;
+
+mod bge_m3_reference;
+mod clap_reference;
+mod clip_reference;
+mod colpali_reference;
+mod colqwen2_reference;
+mod deberta_reference;
+mod distilbert_reference;
+mod gte_reference;
+mod minimized_configs;
+mod modernbert_reference;
+mod mpnet_reference;
+mod nomic_reference;
+mod refusals;
+mod siglip_reference;

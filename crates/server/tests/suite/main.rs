@@ -1,0 +1,20 @@
+//! The server over HTTP, spawned as a binary: one test binary (one link instead of one per file), a module per subject.
+
+mod common;
+
+mod bad_input;
+mod clap;
+mod clip;
+mod cohere;
+mod colbert;
+mod colpali;
+mod compat;
+mod encoder_families;
+mod engine;
+mod http_api;
+mod hub_download;
+mod openai_client;
+mod parity;
+mod rerank_classify;
+mod siglip;
+mod tei;
