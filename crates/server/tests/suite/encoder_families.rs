@@ -135,22 +135,37 @@ fn distilbert_embeds_and_classifies_on_every_path() {
             let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
             assert!(d < 1e-4, "{flags:?} {env:?} text {i}: differs by {d}");
         }
-        // The classifier's softmax over transformers' logits.
-        let reply = s.post_json("/classify", &json!({"model": "tiny/distilbert-classify", "input": only_texts(&cr)}));
-        assert_eq!(reply.status, 200, "{}", reply.body);
-        let body = reply.json();
-        for (i, (at, _)) in texts(&cr).into_iter().enumerate() {
-            let logits = floats(&cr["logits"][at]);
-            let max = logits.iter().cloned().fold(f32::MIN, f32::max);
-            let total: f32 = logits.iter().map(|l| (l - max).exp()).sum();
-            let labels = ["negative", "neutral", "positive"];
-            for entry in body["data"][i].as_array().unwrap() {
-                let k = labels.iter().position(|l| entry["label"] == *l).unwrap();
-                let want = (logits[k] - max).exp() / total;
-                let got = entry["score"].as_f64().unwrap() as f32;
-                assert!((got - want).abs() < 1e-4, "{flags:?} text {i} {}: {got} vs {want}", labels[k]);
-            }
+        check_classify(&s, "distilbert-classify", &cr, &["negative", "neutral", "positive"], &format!("{flags:?}"));
+    }
+}
+
+/// `/classify` on `tiny/{name}`: the softmax over transformers' logits, per label.
+fn check_classify(s: &Server, name: &str, r: &Value, labels: &[&str], what: &str) {
+    let reply = s.post_json("/classify", &json!({"model": format!("tiny/{name}"), "input": only_texts(r)}));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    for (i, (at, _)) in texts(r).into_iter().enumerate() {
+        let logits = floats(&r["logits"][at]);
+        let max = logits.iter().cloned().fold(f32::MIN, f32::max);
+        let total: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+        for entry in body["data"][i].as_array().unwrap() {
+            let k = labels.iter().position(|l| entry["label"] == *l).unwrap();
+            let want = (logits[k] - max).exp() / total;
+            let got = entry["score"].as_f64().unwrap() as f32;
+            assert!((got - want).abs() < 1e-4, "{what} {name} text {i} {}: {got} vs {want}", labels[k]);
         }
+    }
+}
+
+#[test]
+fn deberta_classifies_on_every_path() {
+    let (m, r) = (tiny("deberta-classify"), reference("deberta-classify"));
+    let default: Run = (&[], &[]);
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", m.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        check_classify(&s, "deberta-classify", &r, &["contradiction", "entailment", "neutral"], &format!("{flags:?}"));
     }
 }
 

@@ -29,22 +29,40 @@ const FILES: &[&str] = &[
 
 /// A repository that ships only PyTorch pickles, in shards (tests/fixtures/tiny/distilbert-classify).
 const PICKLED: &str = "aleph-test/distilbert-classify";
+/// BGE-M3 as BAAI ships it: its sparse and ColBERT heads as `.pt` pickles beside the weights.
+const BGE_M3: &str = "aleph-test/bge-m3";
 
 #[derive(Clone)]
 struct Hub {
     dir: PathBuf,
-    pickled: PathBuf,
+    /// Repositories served as tiny fixtures' folders: (repository id, folder).
+    fixtures: Vec<(&'static str, PathBuf)>,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Hub {
+    fn fixture(&self, org: &str, name: &str) -> Option<&PathBuf> {
+        self.fixtures.iter().find(|(id, _)| *id == format!("{org}/{name}")).map(|(_, dir)| dir)
+    }
+
     fn dir(&self, org: &str, name: &str) -> &PathBuf {
-        if format!("{org}/{name}") == PICKLED {
-            &self.pickled
+        self.fixture(org, name).unwrap_or(&self.dir)
+    }
+}
+
+/// Every file under `dir`, as paths relative to it.
+fn files_under(dir: &std::path::Path, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = format!("{prefix}{}", e.file_name().into_string().unwrap());
+        if e.file_type().unwrap().is_dir() {
+            out.extend(files_under(&e.path(), &format!("{name}/")));
         } else {
-            &self.dir
+            out.push(name);
         }
     }
+    out
 }
 
 async fn info(
@@ -53,9 +71,8 @@ async fn info(
     headers: HeaderMap,
 ) -> Response {
     hub.log.lock().unwrap().push(format!("info {org}/{name}@{rev} auth={:?}", headers.get(header::AUTHORIZATION)));
-    if format!("{org}/{name}") == PICKLED {
-        let files = std::fs::read_dir(&hub.pickled).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap());
-        let siblings: Vec<_> = files.map(|f| json!({"rfilename": f})).collect();
+    if let Some(dir) = hub.fixture(&org, &name) {
+        let siblings: Vec<_> = files_under(dir, "").into_iter().map(|f| json!({"rfilename": f})).collect();
         return Json(json!({"sha": SHA, "siblings": siblings})).into_response();
     }
     if org != "sentence-transformers" || name != "all-MiniLM-L6-v2" {
@@ -93,8 +110,9 @@ async fn resolve(
 
 /// Starts the fake hub on a background thread; returns its URL and request log.
 fn start_hub() -> (String, Arc<Mutex<Vec<String>>>) {
-    let pickled = common::repo_root().join("tests/fixtures/tiny/distilbert-classify");
-    let hub = Hub { dir: common::minilm_dir(), pickled, log: Arc::new(Mutex::new(Vec::new())) };
+    let tiny = common::repo_root().join("tests/fixtures/tiny");
+    let fixtures = vec![(PICKLED, tiny.join("distilbert-classify")), (BGE_M3, tiny.join("bge-m3"))];
+    let hub = Hub { dir: common::minilm_dir(), fixtures, log: Arc::new(Mutex::new(Vec::new())) };
     let log = hub.log.clone();
     let app = Router::new()
         .route("/api/models/{org}/{name}/revision/{rev}", get(info))
@@ -176,6 +194,29 @@ fn a_repository_of_pickles_downloads_and_serves() {
         ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin", "pytorch_model.bin.index.json"]
     {
         assert!(requests.iter().any(|r| r.ends_with(shard)), "{shard} fetched: {requests:?}");
+    }
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
+fn bge_m3_downloads_with_its_heads_and_serves_every_output() {
+    let (endpoint, log) = start_hub();
+    let home = std::env::temp_dir().join(format!("aleph-hf-bge-m3-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let home_s = home.to_string_lossy().into_owned();
+    let env = [("HF_HOME", home_s.as_str()), ("HF_ENDPOINT", endpoint.as_str())];
+    let s = Server::start_with_env(&["--model-id", BGE_M3, "--no-model-warmup"], &env);
+    let caps = s.get("/models").json()["data"][0]["capabilities"].clone();
+    assert_eq!(caps, json!(["embed", "sparse", "colbert"]));
+    let reply = s.post_json("/embed_sparse", &json!({"inputs": "a man is playing a guitar"}));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(!reply.json()[0].as_array().unwrap().is_empty());
+    let reply = s.post_json("/embeddings", &json!({"input": "a man is playing a guitar", "output": "colbert"}));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    drop(s);
+    let requests = log.lock().unwrap().clone();
+    for file in ["sparse_linear.pt", "colbert_linear.pt", "model.safetensors", "1_Pooling/config.json"] {
+        assert!(requests.iter().any(|r| r.ends_with(file)), "{file} fetched: {requests:?}");
     }
     std::fs::remove_dir_all(&home).unwrap();
 }
