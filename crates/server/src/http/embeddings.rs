@@ -172,6 +172,8 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
                 .with_param("encoding_format"));
         }
         EmbeddingOutput::Sparse => OutputKind::Sparse,
+        // A ColBERT checkpoint's own output is its token vectors.
+        EmbeddingOutput::Colbert if model.info().task == Task::MultiVector => OutputKind::Default,
         EmbeddingOutput::Colbert if model.info().colbert_dim.is_none() => {
             return Err(ApiError::bad_request(format!(
                 "model `{}` has no ColBERT output (BGE-M3); request the dense embedding",

@@ -36,6 +36,10 @@ fn per_token_vectors_match_the_reference() {
         }
     }
 
+    // Asking for ColBERT vectors by name (`output`, as BGE-M3 needs) gives a ColBERT model's own answer.
+    let named = s.post_json("/embeddings", &json!({"input": r["texts"], "output": "colbert"})).json();
+    assert_eq!(named["data"], body["data"]);
+
     // base64: the token vectors flattened row-major; the client reshapes with the vector size.
     let b64 = s.post_json("/embeddings", &json!({"input": r["texts"][0], "encoding_format": "base64"})).json();
     let bytes =
