@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use aleph_engine::{Input, ModelHandle, RunOptions, RunResult};
+use aleph_engine::{Input, ModelHandle, RunOptions};
 use aleph_models::pooling::l2_normalize;
 use aleph_models::quantize::EmbeddingDtype;
 use aleph_models::{OutputKind, Task};
@@ -188,9 +188,6 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         EmbeddingOutput::Colbert => OutputKind::MultiVector,
     };
     let result = model.run_with(inputs, RunOptions { output: kind, ..Default::default() }).await?;
-    if kind == OutputKind::Sparse {
-        return Ok(sparse_response(model, result));
-    }
     let multi = model.info().task == Task::MultiVector || kind == OutputKind::MultiVector;
     let dim = if kind == OutputKind::MultiVector { model.info().colbert_dim.unwrap_or(0) } else { model.info().dim };
     // A cut unit vector is no longer unit: rescale it, as OpenAI, TEI and sentence-transformers do, so
@@ -202,6 +199,13 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         .into_iter()
         .enumerate()
         .map(|(index, mut v)| {
+            if kind == OutputKind::Sparse {
+                return EmbeddingObject {
+                    object: "embedding",
+                    embedding: EmbeddingValue::Sparse(SparseValue::of(&v)),
+                    index,
+                };
+            }
             if multi {
                 // One vector per token; `dimensions` cuts each vector (Infinity cuts the token list).
                 let rows: Vec<Vec<f32>> = v
@@ -228,9 +232,9 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
             }
             let v = if dtype == EmbeddingDtype::Float32 { v } else { model.quantize(&v) };
             let embedding = match req.encoding_format {
-                EncodingFormat::Float => EmbeddingValue::Float(v),
+                // A sparse format asked for the sparse output, answered above.
+                EncodingFormat::Float | EncodingFormat::Sparse => EmbeddingValue::Float(v),
                 EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&v)),
-                EncodingFormat::Sparse => EmbeddingValue::Sparse(SparseValue::nonzero(&v)),
             };
             EmbeddingObject { object: "embedding", embedding, index }
         })
@@ -245,30 +249,6 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     };
     let headers: HeaderMap = timing_headers(result.tokenization_time, result.queue_time, result.inference_time);
     Ok((headers, Json(body)).into_response())
-}
-
-/// Sparse weights per input, `[{index, value}]`, in the embeddings envelope.
-fn sparse_response(model: &ModelHandle, result: RunResult) -> Response {
-    let data = result
-        .vectors
-        .iter()
-        .enumerate()
-        .map(|(index, v)| EmbeddingObject {
-            object: "embedding",
-            embedding: EmbeddingValue::Sparse(SparseValue::of(v)),
-            index,
-        })
-        .collect();
-    let body = EmbeddingResponse {
-        object: "list",
-        data,
-        model: model.name().to_string(),
-        usage: Usage::tokens(result.prompt_tokens),
-        id: response_id(),
-        created: unix_now() as u64,
-    };
-    let headers: HeaderMap = timing_headers(result.tokenization_time, result.queue_time, result.inference_time);
-    (headers, Json(body)).into_response()
 }
 
 /// `dimensions`: absent or 0 keeps the whole vector, 1..=dim keeps a prefix, anything else is a 400.

@@ -304,11 +304,6 @@ impl SparseValue {
     pub fn of(v: &[f32]) -> Vec<SparseValue> {
         aleph_models::read_sparse_pairs(v).map(|(id, value)| SparseValue { index: id as usize, value }).collect()
     }
-
-    /// The non-zero entries of a dense vector, by index.
-    pub fn nonzero(v: &[f32]) -> Vec<SparseValue> {
-        v.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(index, &value)| SparseValue { index, value }).collect()
-    }
 }
 
 impl Serialize for EmbeddingValue {
