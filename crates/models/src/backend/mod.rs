@@ -248,6 +248,11 @@ pub trait Ops: Send + Sync + Sized + 'static {
     fn host<'a>(&self, x: &'a Self::T) -> Result<Cow<'a, [f32]>, ModelError>;
     /// Moves `x` to the host, row-major.
     fn download(&self, x: Self::T) -> Result<Vec<f32>, ModelError>;
+    /// Moves `x` to the host, one vector per row.
+    fn download_rows(&self, x: Self::T) -> Result<Vec<Vec<f32>>, ModelError> {
+        let width = self.dims(&x).1.max(1);
+        Ok(self.download(x)?.chunks(width).map(<[f32]>::to_vec).collect())
+    }
     fn seqs(&self, cu_seqlens: &[usize]) -> Result<Self::Seqs, ModelError>;
 
     /// `out[r] = Σ_k tables[k].0[tables[k].1[r]]`: rows gathered from each `width`-wide table and summed,

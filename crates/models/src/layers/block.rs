@@ -3,13 +3,13 @@
 use crate::backend::{Norm, Ops};
 use crate::error::ModelError;
 
-use super::{FeedForward, Positional, Scratch, SelfAttention};
+use super::{Mlp, Positional, Scratch, SelfAttention};
 
 pub struct PreNormLayer<O: Ops> {
     pub norm1: Norm<O::Param>,
     pub attention: SelfAttention<O>,
     pub norm2: Norm<O::Param>,
-    pub mlp: FeedForward<O>,
+    pub mlp: Mlp<O>,
 }
 
 /// Runs `layers` over `x` (`[tokens, hidden]`, packed as `seqs`), in place.

@@ -1,16 +1,20 @@
-//! The Llama-style decoder layer that Gemma, Qwen2 (and the later decoder families) share: RMS norms,
-//! rotary grouped-query attention, a gated MLP. Tensor names are transformers' for every such family
-//! (`layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}`).
+//! The Llama-style decoder that Gemma, Qwen2 (and the later decoder families) share: token embeddings,
+//! pre-norm layers of RMS norms, rotary grouped-query attention and a gated MLP, a final norm. Tensor names
+//! are transformers' for every such family (`embed_tokens`, `layers.N.{input_layernorm,
+//! self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}`, `norm`); what differs
+//! between families is data in [`DecoderSpec`].
 
-use crate::backend::{Activation, AttentionSpec, Ops};
-use crate::error::ModelError;
+use crate::backend::{Activation, AttentionSpec, Norm, Ops};
+use crate::error::{weights, ModelError};
 
-use super::block::PreNormLayer;
-use super::{FeedForward, GatedMlp, SelfAttention, Weights};
+use super::block::{pre_norm_stack, PreNormLayer};
+use super::rotary::{angles, inv_freq, tables};
+use super::{Mlp, Positional, SelfAttention, TextEmbeddings, Weights};
 
 /// A decoder stack's geometry.
 #[derive(Debug, Clone, Copy)]
 pub struct DecoderSpec {
+    pub vocab: usize,
     pub hidden: usize,
     pub intermediate: usize,
     pub layers: usize,
@@ -24,6 +28,9 @@ pub struct DecoderSpec {
     /// Gemma's norms scale by `1 + w`.
     pub norm_plus_one: bool,
     pub causal: bool,
+    pub rope_theta: f64,
+    /// Gemma multiplies its token embeddings by √hidden.
+    pub embed_scale: Option<f32>,
 }
 
 impl DecoderSpec {
@@ -55,8 +62,60 @@ impl DecoderSpec {
     }
 }
 
+pub struct Decoder<O: Ops> {
+    embeddings: TextEmbeddings<O>,
+    layers: Vec<PreNormLayer<O>>,
+    norm: Norm<O::Param>,
+    /// `1 / θ^(2j / head_dim)`, as transformers computes it in f32.
+    inv_freq: Vec<f32>,
+}
+
+impl<O: Ops> Decoder<O> {
+    /// `w`: the decoder's root (holding `embed_tokens`, `layers`, `norm`); `family` names it in refusals.
+    pub fn load(w: &Weights<O>, spec: &DecoderSpec, family: &str) -> Result<Self, ModelError> {
+        spec.check(family)?;
+        let (v, h) = (spec.vocab, spec.hidden);
+        let embeddings = match spec.embed_scale {
+            None => TextEmbeddings::words(&w.pp("embed_tokens"), v, h)?,
+            // Folded into the table, the scale rounded to f32 first as transformers does.
+            Some(scale) => {
+                let table = w.vb().pp("embed_tokens").get((v, h), "weight").map_err(weights)?;
+                TextEmbeddings::from_table(w.param_from((table * scale as f64).map_err(weights)?)?, v, h)
+            }
+        };
+        Ok(Decoder {
+            embeddings,
+            layers: load_layers(w, spec)?,
+            norm: w.pp("norm").rms_norm(h, spec.eps, spec.norm_plus_one)?,
+            inv_freq: inv_freq(spec.rope_theta, spec.head_dim),
+        })
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.embeddings.hidden_size()
+    }
+
+    /// Token embeddings, `[ids, hidden]`.
+    pub fn embed(&self, o: &O, ids: &[u32]) -> Result<O::T, ModelError> {
+        self.embeddings.ids(o, ids)
+    }
+
+    /// Final states of packed input embeddings `x` (`[tokens, hidden]`, sequences as `seqs`), each row at
+    /// its position in `positions`.
+    pub fn forward(&self, o: &O, x: &mut O::T, seqs: &O::Seqs, positions: &[u32]) -> Result<(), ModelError> {
+        let (cos, sin) = tables(o, &angles(&self.inv_freq, positions), positions.len(), self.inv_freq.len())?;
+        pre_norm_stack(o, &self.layers, x, seqs, Positional::Rotary(&cos, &sin))?;
+        o.norm(x, &self.norm)
+    }
+}
+
+/// Each row's position within its sequence, counting from `first`.
+pub fn positions(cu: &[usize], first: u32) -> Vec<u32> {
+    cu.windows(2).flat_map(|w| (0..(w[1] - w[0]) as u32).map(move |t| t + first)).collect()
+}
+
 /// The stack under `w` (`layers.N.*`).
-pub fn load_decoder_layers<O: Ops>(w: &Weights<O>, spec: &DecoderSpec) -> Result<Vec<PreNormLayer<O>>, ModelError> {
+fn load_layers<O: Ops>(w: &Weights<O>, spec: &DecoderSpec) -> Result<Vec<PreNormLayer<O>>, ModelError> {
     let (h, hd, i) = (spec.hidden, spec.head_dim, spec.intermediate);
     let attention = spec.attention();
     (0..spec.layers)
@@ -73,11 +132,11 @@ pub fn load_decoder_layers<O: Ops>(w: &Weights<O>, spec: &DecoderSpec) -> Result
                     spec: attention,
                 },
                 norm2: l.pp("post_attention_layernorm").rms_norm(h, spec.eps, spec.norm_plus_one)?,
-                mlp: FeedForward::Gated(GatedMlp {
-                    gate_up: mlp.linear_cat(&[("gate_proj", i), ("up_proj", i)], h, false)?,
-                    down: mlp.pp("down_proj").linear(i, h, false)?,
-                    act: spec.act,
-                }),
+                mlp: Mlp::gated(
+                    mlp.linear_cat(&[("gate_proj", i), ("up_proj", i)], h, false)?,
+                    mlp.pp("down_proj").linear(i, h, false)?,
+                    spec.act,
+                ),
             })
         })
         .collect()

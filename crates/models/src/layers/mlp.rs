@@ -1,4 +1,6 @@
-//! The two-layer feed-forward block: `fc2(act(fc1(x)))` added to a residual.
+//! The feed-forward block, added to a residual: `down(act(up(x)))`, or gated as Llama-style and GLU
+//! families have it, `down(act(gate(x)) · up(x))` with gate and up fused into one GEMM (`[2·inter, hidden]`,
+//! gate rows first).
 
 use crate::backend::{Activation, Ops, Post};
 use crate::error::ModelError;
@@ -6,56 +8,23 @@ use crate::error::ModelError;
 use super::Scratch;
 
 pub struct Mlp<O: Ops> {
-    pub fc1: O::Linear,
-    pub fc2: O::Linear,
+    /// `up`, or `gate` and `up` stacked when `gated`.
+    pub up: O::Linear,
+    pub down: O::Linear,
     pub act: Activation,
+    pub gated: bool,
 }
 
 impl<O: Ops> Mlp<O> {
-    /// `out = residual + fc2(act(fc1(x)))`.
-    pub fn forward(
-        &self,
-        o: &O,
-        x: &O::T,
-        residual: &O::T,
-        scratch: &mut Scratch<O>,
-        out: &mut O::T,
-    ) -> Result<(), ModelError> {
-        o.linear_fwd(x, &self.fc1, Post::Act(self.act), &mut scratch.inter)?;
-        o.linear_fwd(&scratch.inter, &self.fc2, Post::Residual(residual), out)
+    pub fn plain(up: O::Linear, down: O::Linear, act: Activation) -> Self {
+        Mlp { up, down, act, gated: false }
     }
-}
 
-/// The gated MLP of Llama-style decoders: `down(act(gate(x)) · up(x))` added to a residual, with gate and
-/// up fused into one GEMM (`gate_up`: `[2·inter, hidden]`, gate rows first).
-pub struct GatedMlp<O: Ops> {
-    pub gate_up: O::Linear,
-    pub down: O::Linear,
-    pub act: Activation,
-}
-
-impl<O: Ops> GatedMlp<O> {
-    pub fn forward(
-        &self,
-        o: &O,
-        x: &O::T,
-        residual: &O::T,
-        scratch: &mut Scratch<O>,
-        out: &mut O::T,
-    ) -> Result<(), ModelError> {
-        o.linear_fwd(x, &self.gate_up, Post::None, &mut scratch.inter)?;
-        o.glu(&scratch.inter, self.act, &mut scratch.gated)?;
-        o.linear_fwd(&scratch.gated, &self.down, Post::Residual(residual), out)
+    pub fn gated(gate_up: O::Linear, down: O::Linear, act: Activation) -> Self {
+        Mlp { up: gate_up, down, act, gated: true }
     }
-}
 
-/// Either feed-forward block, for layer types shared by encoders and decoders.
-pub enum FeedForward<O: Ops> {
-    Plain(Mlp<O>),
-    Gated(GatedMlp<O>),
-}
-
-impl<O: Ops> FeedForward<O> {
+    /// `out = residual + down(…)`.
     pub fn forward(
         &self,
         o: &O,
@@ -64,9 +33,13 @@ impl<O: Ops> FeedForward<O> {
         scratch: &mut Scratch<O>,
         out: &mut O::T,
     ) -> Result<(), ModelError> {
-        match self {
-            FeedForward::Plain(m) => m.forward(o, x, residual, scratch, out),
-            FeedForward::Gated(m) => m.forward(o, x, residual, scratch, out),
+        if self.gated {
+            o.linear_fwd(x, &self.up, Post::None, &mut scratch.inter)?;
+            o.glu(&scratch.inter, self.act, &mut scratch.gated)?;
+            o.linear_fwd(&scratch.gated, &self.down, Post::Residual(residual), out)
+        } else {
+            o.linear_fwd(x, &self.up, Post::Act(self.act), &mut scratch.inter)?;
+            o.linear_fwd(&scratch.inter, &self.down, Post::Residual(residual), out)
         }
     }
 }

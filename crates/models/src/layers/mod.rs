@@ -3,12 +3,14 @@
 pub mod attention;
 pub mod block;
 pub mod decoder;
+pub mod embeddings;
 pub mod mlp;
 pub mod rotary;
 pub mod weights;
 
 pub use attention::{Positional, SelfAttention};
-pub use mlp::{FeedForward, GatedMlp, Mlp};
+pub use embeddings::TextEmbeddings;
+pub use mlp::Mlp;
 pub use weights::Weights;
 
 use crate::backend::Ops;

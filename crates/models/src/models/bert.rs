@@ -12,7 +12,7 @@ use crate::backend::{Activation, AttentionSpec, Norm, Ops, Post, RelativeBias};
 use crate::batch::Batch;
 use crate::encoder::TokenEncoder;
 use crate::error::ModelError;
-use crate::layers::{Mlp, Positional, Scratch, SelfAttention, Weights};
+use crate::layers::{Mlp, Positional, Scratch, SelfAttention, TextEmbeddings, Weights};
 
 /// A BERT-family encoder's geometry, every field resolved: from the checkpoint's `config.json`, or, where
 /// the file omits one, the default of the transformers config class the checkpoint was saved from
@@ -247,17 +247,8 @@ struct Layer<O: Ops> {
 
 /// The encoder: embeddings and `num_hidden_layers` post-norm transformer layers.
 pub struct Bert<O: Ops> {
-    word: O::Param,
-    position: O::Param,
-    /// With one type (RoBERTa, XLM-R) its row is a constant added to every token.
-    token_type: Option<O::Param>,
-    emb_norm: Norm<O::Param>,
+    embeddings: TextEmbeddings<O>,
     layers: Vec<Layer<O>>,
-    hidden: usize,
-    types: usize,
-    vocab: usize,
-    position_offset: usize,
-    max_positions: usize,
     /// MPNet's `[buckets, heads]` relative-position bias.
     relative: Option<Vec<f32>>,
     heads: usize,
@@ -289,13 +280,9 @@ impl<O: Ops> Bert<O> {
         let (h, i, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
         let start = w.bytes();
         let emb = w.pp("embeddings");
-        let word = emb.pp("word_embeddings").table(cfg.vocab_size, h)?;
-        let position = emb.pp("position_embeddings").table(cfg.max_position_embeddings, h)?;
-        let token_type = match cfg.type_vocab_size {
-            0 => None,
-            types => Some(emb.pp("token_type_embeddings").table(types, h)?),
-        };
-        let emb_norm = emb.pp("LayerNorm").layer_norm(h, eps)?;
+        let positions = Some((cfg.max_position_embeddings, flavor.position_offset(cfg)));
+        let norm = emb.pp("LayerNorm").layer_norm(h, eps)?;
+        let embeddings = TextEmbeddings::bert(&emb, cfg.vocab_size, h, positions, cfg.type_vocab_size, norm)?;
         let spec = AttentionSpec::new(h, cfg.num_attention_heads, false);
         let mpnet = cfg.class == BertClass::MPNet;
         // [buckets, heads], kept on the host: each forward pass spreads it over the batch's offsets.
@@ -318,34 +305,16 @@ impl<O: Ops> Bert<O> {
                         spec,
                     },
                     attn_norm: l.pp(names.attention_norm).layer_norm(h, eps)?,
-                    mlp: Mlp {
-                        fc1: l.pp(names.up).linear(h, i, true)?,
-                        fc2: l.pp(names.down).linear(i, h, true)?,
-                        act,
-                    },
+                    mlp: Mlp::plain(l.pp(names.up).linear(h, i, true)?, l.pp(names.down).linear(i, h, true)?, act),
                     out_norm: l.pp(names.out_norm).layer_norm(h, eps)?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
-        Ok(Bert {
-            word,
-            position,
-            token_type,
-            emb_norm,
-            layers,
-            hidden: h,
-            types: cfg.type_vocab_size,
-            vocab: cfg.vocab_size,
-            position_offset: flavor.position_offset(cfg),
-            max_positions: cfg.max_position_embeddings,
-            relative,
-            heads: cfg.num_attention_heads,
-            weight_bytes: w.bytes() - start,
-        })
+        Ok(Bert { embeddings, layers, relative, heads: cfg.num_attention_heads, weight_bytes: w.bytes() - start })
     }
 
     pub fn hidden_size(&self) -> usize {
-        self.hidden
+        self.embeddings.hidden_size()
     }
 
     /// Bytes of weights the backend prepared for this encoder.
@@ -355,27 +324,7 @@ impl<O: Ops> Bert<O> {
 
     /// Every real token's final hidden state, packed like the batch: `[tokens, hidden]`.
     pub fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
-        let tokens = batch.total_tokens();
-        let mut positions = Vec::with_capacity(tokens);
-        for s in 0..batch.len() {
-            positions.extend((0..batch.seq_len(s)).map(|t| (self.position_offset + t) as u32));
-        }
-        if let Some((&id, &pos)) = batch
-            .input_ids
-            .iter()
-            .zip(&positions)
-            .find(|(&id, &pos)| id as usize >= self.vocab || pos as usize >= self.max_positions)
-        {
-            return Err(ModelError::Forward(format!("token id {id} or position {pos} is outside the model's tables")));
-        }
-        let types = segment_ids(batch, self.types);
-        let mut tables = vec![(&self.word, &batch.input_ids[..]), (&self.position, &positions[..])];
-        if let Some(tt) = &self.token_type {
-            tables.push((tt, &types[..]));
-        }
-        let mut x = o.empty()?;
-        o.embed(&mut x, self.hidden, &tables)?;
-        o.norm(&mut x, &self.emb_norm)?;
+        let mut x = self.embeddings.forward(o, batch)?;
         let seqs = o.seqs(&batch.cu_seqlens)?;
         let mut scratch = Scratch::new(o)?;
         let mut mid = o.empty()?;
@@ -405,7 +354,7 @@ impl<O: Ops> Bert<O> {
 
 impl<O: Ops> TokenEncoder<O> for Bert<O> {
     fn hidden_size(&self) -> usize {
-        self.hidden
+        self.embeddings.hidden_size()
     }
 
     fn weight_bytes(&self) -> usize {
@@ -414,15 +363,6 @@ impl<O: Ops> TokenEncoder<O> for Bert<O> {
 
     fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
         Bert::forward(self, o, batch)
-    }
-}
-
-/// Each token's row of a `types`-row token-type table: with one type, its row for every token; with several,
-/// the tokenizer's segment ids, clamped to the table.
-pub(crate) fn segment_ids(batch: &Batch, types: usize) -> Vec<u32> {
-    match types {
-        0 | 1 => vec![0; batch.total_tokens()],
-        n => batch.token_type_ids.iter().map(|&t| t.min(n as u32 - 1)).collect(),
     }
 }
 

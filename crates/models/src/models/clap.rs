@@ -86,8 +86,7 @@ impl<O: Ops> ClapText<O> {
         o.linear_fwd(&x, &self.pooler, Post::Act(Activation::Tanh), &mut pooled)?;
         o.linear_fwd(&pooled, &self.proj1, Post::Act(self.act), &mut mid)?;
         o.linear_fwd(&mid, &self.proj2, Post::None, &mut x)?;
-        let width = o.dims(&x).1;
-        Ok(o.download(x)?.chunks(width.max(1)).map(<[f32]>::to_vec).collect())
+        o.download_rows(x)
     }
 }
 

@@ -10,7 +10,7 @@ use crate::batch::Batch;
 use crate::error::ModelError;
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
 use crate::layers::Positional;
-use crate::layers::{FeedForward, Mlp, SelfAttention, Weights};
+use crate::layers::{Mlp, SelfAttention, TextEmbeddings, Weights};
 use crate::media::image::Pixels;
 
 /// `CLIPConfig`, with the defaults of `CLIPTextConfig` and `CLIPVisionConfig` (ViT-B/32) where the file
@@ -151,11 +151,11 @@ pub(crate) fn load_layers<O: Ops>(
                     spec,
                 },
                 norm2: l.pp("layer_norm2").layer_norm(h, cfg.layer_norm_eps)?,
-                mlp: FeedForward::Plain(Mlp {
-                    fc1: l.pp("mlp").pp("fc1").linear(h, i, true)?,
-                    fc2: l.pp("mlp").pp("fc2").linear(i, h, true)?,
+                mlp: Mlp::plain(
+                    l.pp("mlp").pp("fc1").linear(h, i, true)?,
+                    l.pp("mlp").pp("fc2").linear(i, h, true)?,
                     act,
-                }),
+                ),
             })
         })
         .collect()
@@ -198,20 +198,16 @@ fn finish<O: Ops>(
     o.norm(&mut picked, norm)?;
     let mut y = o.empty()?;
     o.linear_fwd(&picked, head, Post::None, &mut y)?;
-    let width = o.dims(&y).1;
-    Ok(o.download(y)?.chunks(width.max(1)).map(<[f32]>::to_vec).collect())
+    o.download_rows(y)
 }
 
 pub struct ClipText<O: Ops> {
-    token: O::Param,
-    positions: O::Param,
+    embeddings: TextEmbeddings<O>,
     layers: Vec<PreNormLayer<O>>,
     final_norm: Norm<O::Param>,
     projection: O::Linear,
     dim: usize,
-    hidden: usize,
     eos: u32,
-    window: usize,
 }
 
 impl<O: Ops> ClipText<O> {
@@ -220,32 +216,28 @@ impl<O: Ops> ClipText<O> {
         let emb = w.pp("embeddings");
         let (projection, dim) = projection(proj, h, dim)?;
         Ok(ClipText {
-            token: emb.pp("token_embedding").table(cfg.vocab_size, h)?,
-            positions: emb.pp("position_embedding").table(cfg.max_position_embeddings, h)?,
+            embeddings: TextEmbeddings::words(&emb.pp("token_embedding"), cfg.vocab_size, h)?.with_positions(
+                &emb.pp("position_embedding"),
+                cfg.max_position_embeddings,
+                0,
+            )?,
             layers: load_layers(&w.pp("encoder"), &cfg.tower, true)?,
             final_norm: w.pp("final_layer_norm").layer_norm(h, cfg.tower.layer_norm_eps)?,
             projection,
             dim,
-            hidden: h,
             eos: cfg.eos_token_id,
-            window: cfg.max_position_embeddings,
         })
     }
 
     /// Projected (not normalized) embeddings, one per sequence.
     pub fn forward(&self, o: &O, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
-        let mut positions = Vec::with_capacity(batch.total_tokens());
-        let mut pooled = Vec::with_capacity(batch.len());
-        for s in 0..batch.len() {
-            let ids = &batch.input_ids[batch.cu_seqlens[s]..batch.cu_seqlens[s + 1]];
-            if ids.len() > self.window {
-                return Err(ModelError::Forward(format!("{} tokens exceed the window of {}", ids.len(), self.window)));
-            }
-            positions.extend(0..ids.len() as u32);
-            pooled.push((0, (batch.cu_seqlens[s] + pool_position(ids, self.eos)) as u32));
-        }
-        let mut x = o.empty()?;
-        o.embed(&mut x, self.hidden, &[(&self.token, &batch.input_ids), (&self.positions, &positions)])?;
+        let mut x = self.embeddings.forward(o, batch)?;
+        let pooled: Vec<(u32, u32)> = (0..batch.len())
+            .map(|s| {
+                let ids = &batch.input_ids[batch.cu_seqlens[s]..batch.cu_seqlens[s + 1]];
+                (0, (batch.cu_seqlens[s] + pool_position(ids, self.eos)) as u32)
+            })
+            .collect();
         pre_norm_stack(o, &self.layers, &mut x, &o.seqs(&batch.cu_seqlens)?, Positional::None)?;
         finish(o, &x, &pooled, &self.final_norm, &self.projection)
     }

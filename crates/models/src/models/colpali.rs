@@ -11,11 +11,12 @@
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
-use super::gemma::{Gemma, GemmaConfig};
+use super::gemma::GemmaConfig;
 use super::siglip::{SiglipVision, SiglipVisionConfig};
 use crate::backend::{Ops, Post};
 use crate::batch::Batch;
 use crate::error::ModelError;
+use crate::layers::decoder::{positions, Decoder};
 use crate::layers::Weights;
 use crate::media::image::Pixels;
 use crate::pooling::l2_normalize;
@@ -39,7 +40,7 @@ pub struct ColPali<O: Ops> {
     ops: O,
     vision: SiglipVision<O>,
     projector: O::Linear,
-    text: Gemma<O>,
+    text: Decoder<O>,
     proj: O::Linear,
     /// Token ids of a page's prompt after its image features.
     page_prompt: Vec<u32>,
@@ -67,7 +68,7 @@ impl<O: Ops> ColPali<O> {
         };
         let tc = &cfg.vlm_config.text_config;
         let vision = SiglipVision::load(&vision_root, &cfg.vlm_config.vision_config)?;
-        let text = Gemma::load(&text_root, tc, false)?;
+        let text = Decoder::load(&text_root, &tc.decoder(false)?, "Gemma")?;
         let h = tc.hidden_size;
         let projector = vlm.pp("multi_modal_projector").pp("linear").linear(
             cfg.vlm_config.vision_config.tower.hidden_size,
@@ -97,7 +98,7 @@ impl<O: Ops> ColPali<O> {
     pub fn forward_text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
         let o = &self.ops;
         let mut x = self.text.embed(o, &batch.input_ids)?;
-        let positions = positions(&batch.cu_seqlens);
+        let positions = positions(&batch.cu_seqlens, FIRST_POSITION);
         self.text.forward(o, &mut x, &o.seqs(&batch.cu_seqlens)?, &positions)?;
         self.head(&x, &batch.cu_seqlens)
     }
@@ -121,7 +122,7 @@ impl<O: Ops> ColPali<O> {
         let mut x = o.empty()?;
         o.gather_rows(&mut x, &[&patches, &prompt], &order)?;
         let cu: Vec<usize> = (0..=images.len()).map(|i| i * (n + m)).collect();
-        self.text.forward(o, &mut x, &o.seqs(&cu)?, &positions(&cu))?;
+        self.text.forward(o, &mut x, &o.seqs(&cu)?, &positions(&cu, FIRST_POSITION))?;
         self.head(&x, &cu)
     }
 
@@ -129,11 +130,6 @@ impl<O: Ops> ColPali<O> {
     fn head(&self, states: &O::T, cu: &[usize]) -> Result<Vec<Vec<f32>>, ModelError> {
         token_vectors(&self.ops, states, &self.proj, self.dim, cu)
     }
-}
-
-/// Each row's position within its sequence, from `FIRST_POSITION`.
-fn positions(cu: &[usize]) -> Vec<u32> {
-    cu.windows(2).flat_map(|w| (0..(w[1] - w[0]) as u32).map(|t| t + FIRST_POSITION)).collect()
 }
 
 /// `proj(states)`, each row L2-normalized, split per sequence (`[tokens × dim]` each).

@@ -10,10 +10,11 @@ use candle_nn::VarBuilder;
 use serde::Deserialize;
 
 use super::colpali::token_vectors;
-use super::qwen2_vl::{Qwen2, Qwen2VlVision, TextConfig, VisionConfig};
+use super::qwen2_vl::{Qwen2VlVision, TextConfig, VisionConfig};
 use crate::backend::Ops;
 use crate::batch::Batch;
 use crate::error::ModelError;
+use crate::layers::decoder::{positions, Decoder};
 use crate::layers::Weights;
 use crate::media::image::Pixels;
 
@@ -50,7 +51,7 @@ pub struct PagePrompt {
 pub struct ColQwen2<O: Ops> {
     ops: O,
     vision: Qwen2VlVision<O>,
-    text: Qwen2<O>,
+    text: Decoder<O>,
     proj: O::Linear,
     page: PagePrompt,
     dim: usize,
@@ -72,7 +73,7 @@ impl<O: Ops> ColQwen2<O> {
                 _ => vlm.pp("model"),
             };
             let vision = Qwen2VlVision::load(&visual, &vc)?;
-            let text = Qwen2::load(&language, &tc)?;
+            let text = Decoder::load(&language, &tc.decoder()?, "Qwen2")?;
             let proj = w.pp("embedding_proj_layer").linear(tc.hidden_size, cfg.embedding_dim, true)?;
             (vision, text, proj, w.bytes())
         };
@@ -95,7 +96,7 @@ impl<O: Ops> ColQwen2<O> {
     pub fn forward_text(&self, batch: &Batch) -> Result<Vec<Vec<f32>>, ModelError> {
         let o = &self.ops;
         let mut x = self.text.embed(o, &batch.input_ids)?;
-        self.text.forward(o, &mut x, &o.seqs(&batch.cu_seqlens)?, &positions(&batch.cu_seqlens))?;
+        self.text.forward(o, &mut x, &o.seqs(&batch.cu_seqlens)?, &positions(&batch.cu_seqlens, 0))?;
         token_vectors(o, &x, &self.proj, self.dim, &batch.cu_seqlens)
     }
 
@@ -118,12 +119,7 @@ impl<O: Ops> ColQwen2<O> {
         let mut x = o.empty()?;
         o.gather_rows(&mut x, &[&before, &features, &after], &order)?;
         drop(features);
-        self.text.forward(o, &mut x, &o.seqs(&cu)?, &positions(&cu))?;
+        self.text.forward(o, &mut x, &o.seqs(&cu)?, &positions(&cu, 0))?;
         token_vectors(o, &x, &self.proj, self.dim, &cu)
     }
-}
-
-/// Each row's position within its sequence, from 0.
-fn positions(cu: &[usize]) -> Vec<u32> {
-    cu.windows(2).flat_map(|w| 0..(w[1] - w[0]) as u32).collect()
 }

@@ -13,8 +13,7 @@ use crate::backend::{Activation, AttentionSpec, Disentangled, Norm, Ops};
 use crate::batch::Batch;
 use crate::encoder::TokenEncoder;
 use crate::error::{weights, ModelError};
-use crate::layers::{Mlp, Positional, Scratch, SelfAttention, Weights};
-use crate::models::bert::segment_ids;
+use crate::layers::{Mlp, Positional, Scratch, SelfAttention, TextEmbeddings, Weights};
 
 /// `config.json` as `DebertaV2Config` reads it; absent fields take that class's defaults (or, for the
 /// fields the modeling code reads with `getattr`, the fallback it gives there).
@@ -182,15 +181,8 @@ struct Layer<O: Ops> {
 }
 
 pub struct Deberta<O: Ops> {
-    word: O::Param,
-    position: Option<O::Param>,
-    token_type: Option<O::Param>,
-    emb_norm: Norm<O::Param>,
+    embeddings: TextEmbeddings<O>,
     layers: Vec<Layer<O>>,
-    hidden: usize,
-    vocab: usize,
-    types: usize,
-    max_positions: usize,
     relative: bool,
     buckets: i64,
     max_relative: i64,
@@ -216,16 +208,9 @@ impl<O: Ops> Deberta<O> {
         let all = heads * hd;
         let start = w.bytes();
         let emb = w.pp("embeddings");
-        let word = emb.pp("word_embeddings").table(cfg.vocab_size, h)?;
-        let position = match cfg.position_biased_input {
-            true => Some(emb.pp("position_embeddings").table(cfg.max_position_embeddings, h)?),
-            false => None,
-        };
-        let token_type = match cfg.type_vocab_size {
-            0 => None,
-            n => Some(emb.pp("token_type_embeddings").table(n, h)?),
-        };
-        let emb_norm = emb.pp("LayerNorm").layer_norm(h, eps)?;
+        let positions = cfg.position_biased_input.then_some((cfg.max_position_embeddings, 0));
+        let norm = emb.pp("LayerNorm").layer_norm(h, eps)?;
+        let embeddings = TextEmbeddings::bert(&emb, cfg.vocab_size, h, positions, cfg.type_vocab_size, norm)?;
         let kinds = cfg.pos_att_types()?;
         let (c2p, p2c) = (kinds.iter().any(|k| k == "c2p"), kinds.iter().any(|k| k == "p2c"));
         // transformers scales q·k and both position terms by 1/√(d · (1 + number of kinds)), whether or
@@ -281,25 +266,18 @@ impl<O: Ops> Deberta<O> {
                     pos_key,
                     pos_query,
                     attn_norm: l.pp("attention.output.LayerNorm").layer_norm(h, eps)?,
-                    mlp: Mlp {
-                        fc1: l.pp("intermediate.dense").linear(h, i, true)?,
-                        fc2: l.pp("output.dense").linear(i, h, true)?,
+                    mlp: Mlp::plain(
+                        l.pp("intermediate.dense").linear(h, i, true)?,
+                        l.pp("output.dense").linear(i, h, true)?,
                         act,
-                    },
+                    ),
                     out_norm: l.pp("output.LayerNorm").layer_norm(h, eps)?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(Deberta {
-            word,
-            position,
-            token_type,
-            emb_norm,
+            embeddings,
             layers,
-            hidden: h,
-            vocab: cfg.vocab_size,
-            types: cfg.type_vocab_size,
-            max_positions: cfg.max_position_embeddings,
             relative: cfg.relative_attention,
             buckets: cfg.position_buckets,
             max_relative: cfg.max_relative() as i64,
@@ -317,7 +295,7 @@ impl<O: Ops> Deberta<O> {
 
 impl<O: Ops> TokenEncoder<O> for Deberta<O> {
     fn hidden_size(&self) -> usize {
-        self.hidden
+        self.embeddings.hidden_size()
     }
 
     fn weight_bytes(&self) -> usize {
@@ -325,24 +303,7 @@ impl<O: Ops> TokenEncoder<O> for Deberta<O> {
     }
 
     fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
-        if let Some(&id) = batch.input_ids.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(ModelError::Forward(format!("token id {id} is outside the model's vocabulary")));
-        }
-        if self.position.is_some() && batch.max_len > self.max_positions {
-            return Err(ModelError::Forward(format!("{} tokens exceed the position table", batch.max_len)));
-        }
-        let positions: Vec<u32> = (0..batch.len()).flat_map(|s| 0..batch.seq_len(s) as u32).collect();
-        let types = segment_ids(batch, self.types);
-        let mut tables = vec![(&self.word, &batch.input_ids[..])];
-        if let Some(p) = &self.position {
-            tables.push((p, &positions[..]));
-        }
-        if let Some(tt) = &self.token_type {
-            tables.push((tt, &types[..]));
-        }
-        let mut x = o.empty()?;
-        o.embed(&mut x, self.hidden, &tables)?;
-        o.norm(&mut x, &self.emb_norm)?;
+        let mut x = self.embeddings.forward(o, batch)?;
         let seqs = o.seqs(&batch.cu_seqlens)?;
         // The table row of every offset this batch has.
         let longest = batch.max_len.max(1);

@@ -5,13 +5,9 @@
 
 use serde::Deserialize;
 
-use crate::backend::{Activation, Norm, Ops};
+use crate::backend::Activation;
 use crate::error::ModelError;
-use crate::layers::block::{pre_norm_stack, PreNormLayer};
-use crate::layers::decoder::{load_decoder_layers, DecoderSpec};
-use crate::layers::rotary::{angles, inv_freq, tables};
-use crate::layers::Positional;
-use crate::layers::Weights;
+use crate::layers::decoder::DecoderSpec;
 
 /// `GemmaConfig`; hub configs omit what equals the class defaults, so every field has them.
 #[derive(Debug, Clone, Deserialize)]
@@ -80,67 +76,25 @@ impl GemmaConfig {
     }
 }
 
-pub struct Gemma<O: Ops> {
-    embed: O::Param,
-    layers: Vec<PreNormLayer<O>>,
-    norm: Norm<O::Param>,
-    hidden: usize,
-    vocab: usize,
-    /// `1 / θ^(2j / head_dim)`, as transformers computes it in f32.
-    inv_freq: Vec<f32>,
-}
-
-impl<O: Ops> Gemma<O> {
-    /// `w`: the decoder's root (holding `embed_tokens`, `layers`, `norm`); `causal`: how it attends.
-    pub fn load(w: &Weights<O>, cfg: &GemmaConfig, causal: bool) -> Result<Self, ModelError> {
-        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let spec = DecoderSpec {
+impl GemmaConfig {
+    /// The decoder this config describes; `causal`: how it attends.
+    pub fn decoder(&self, causal: bool) -> Result<DecoderSpec, ModelError> {
+        let h = self.hidden_size;
+        Ok(DecoderSpec {
+            vocab: self.vocab_size,
             hidden: h,
-            intermediate: cfg.intermediate_size,
-            layers: cfg.num_hidden_layers,
-            heads: cfg.num_attention_heads,
-            kv_heads: cfg.num_key_value_heads,
-            head_dim: hd,
-            act: cfg.activation()?,
+            intermediate: self.intermediate_size,
+            layers: self.num_hidden_layers,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            act: self.activation()?,
             qkv_bias: false,
-            eps: cfg.rms_norm_eps,
+            eps: self.rms_norm_eps,
             norm_plus_one: true,
             causal,
-        };
-        spec.check("Gemma")?;
-        let theta = cfg.theta()?;
-        // Embeddings are scaled by √hidden, rounded to f32 first as transformers does; folded into the table.
-        let table = w.vb().pp("embed_tokens").get((cfg.vocab_size, h), "weight").map_err(crate::error::weights)?;
-        let table = (table * (h as f32).sqrt() as f64).map_err(crate::error::weights)?;
-        Ok(Gemma {
-            embed: w.param_from(table)?,
-            layers: load_decoder_layers(w, &spec)?,
-            norm: w.pp("norm").rms_norm(h, cfg.rms_norm_eps, true)?,
-            hidden: h,
-            vocab: cfg.vocab_size,
-            inv_freq: inv_freq(theta, hd),
+            rope_theta: self.theta()?,
+            embed_scale: Some((h as f32).sqrt()),
         })
-    }
-
-    pub fn hidden_size(&self) -> usize {
-        self.hidden
-    }
-
-    /// Scaled token embeddings, `[ids, hidden]`.
-    pub fn embed(&self, o: &O, ids: &[u32]) -> Result<O::T, ModelError> {
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
-        }
-        let mut x = o.empty()?;
-        o.embed(&mut x, self.hidden, &[(&self.embed, ids)])?;
-        Ok(x)
-    }
-
-    /// Final states of packed input embeddings `x` (`[tokens, hidden]`, sequences as `seqs`), each row at
-    /// its position in `positions`.
-    pub fn forward(&self, o: &O, x: &mut O::T, seqs: &O::Seqs, positions: &[u32]) -> Result<(), ModelError> {
-        let (cos, sin) = tables(o, &angles(&self.inv_freq, positions), positions.len(), self.inv_freq.len())?;
-        pre_norm_stack(o, &self.layers, x, seqs, Positional::Rotary(&cos, &sin))?;
-        o.norm(x, &self.norm)
     }
 }

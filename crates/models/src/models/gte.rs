@@ -17,7 +17,7 @@ use crate::backend::{Activation, AttentionSpec, Norm, Ops};
 use crate::batch::Batch;
 use crate::encoder::TokenEncoder;
 use crate::error::{weights, ModelError};
-use crate::layers::{rotary, FeedForward, GatedMlp, Mlp, Positional, Scratch, SelfAttention, Weights};
+use crate::layers::{rotary, Mlp, Positional, Scratch, SelfAttention, TextEmbeddings, Weights};
 
 /// `config.json`, every field resolved with the defaults of the class the checkpoint names: `NewConfig` (the
 /// remote code) or transformers' `GteConfig`.
@@ -240,19 +240,13 @@ impl GteConfig {
 struct Layer<O: Ops> {
     attention: SelfAttention<O>,
     attn_norm: Norm<O::Param>,
-    mlp: FeedForward<O>,
+    mlp: Mlp<O>,
     mlp_norm: Norm<O::Param>,
 }
 
 pub struct Gte<O: Ops> {
-    word: O::Param,
-    token_type: Option<O::Param>,
-    emb_norm: Norm<O::Param>,
+    embeddings: TextEmbeddings<O>,
     layers: Vec<Layer<O>>,
-    hidden: usize,
-    vocab: usize,
-    types: usize,
-    max_positions: usize,
     head_dim: usize,
     inv_freq: Vec<f32>,
     weight_bytes: usize,
@@ -282,17 +276,17 @@ impl<O: Ops> Gte<O> {
                     let (a, mlp) = (l.pp("attn"), l.pp("mlp"));
                     // fc11 is the up (value) projection, fc12 the gate.
                     let ff = if cfg.gated {
-                        FeedForward::Gated(GatedMlp {
-                            gate_up: mlp.linear_cat(&[("fc12", i), ("fc11", i)], h, cfg.mlp_up_bias)?,
-                            down: mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
+                        Mlp::gated(
+                            mlp.linear_cat(&[("fc12", i), ("fc11", i)], h, cfg.mlp_up_bias)?,
+                            mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
                             act,
-                        })
+                        )
                     } else {
-                        FeedForward::Plain(Mlp {
-                            fc1: mlp.pp("fc1").linear(h, i, cfg.mlp_up_bias)?,
-                            fc2: mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
+                        Mlp::plain(
+                            mlp.pp("fc1").linear(h, i, cfg.mlp_up_bias)?,
+                            mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
                             act,
-                        })
+                        )
                     };
                     Layer {
                         attention: SelfAttention {
@@ -323,11 +317,11 @@ impl<O: Ops> Gte<O> {
                     Layer {
                         attention: SelfAttention { qkv, out: a.pp("o_proj").linear(h, h, true)?, spec },
                         attn_norm: norm(&l.pp("attn_ln"))?,
-                        mlp: FeedForward::Gated(GatedMlp {
-                            gate_up: mlp.pp("up_gate_proj").linear_from(gate_up, None)?,
-                            down: mlp.pp("down_proj").linear(i, h, true)?,
+                        mlp: Mlp::gated(
+                            mlp.pp("up_gate_proj").linear_from(gate_up, None)?,
+                            mlp.pp("down_proj").linear(i, h, true)?,
                             act,
-                        }),
+                        ),
                         mlp_norm: norm(&l.pp("mlp_ln"))?,
                     }
                 };
@@ -335,22 +329,11 @@ impl<O: Ops> Gte<O> {
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         let head_dim = h / cfg.num_attention_heads;
+        let emb_norm = if nomic { w.pp("emb_ln") } else { emb.pp("LayerNorm") }.layer_norm(h, eps)?;
+        let embeddings = TextEmbeddings::bert(&emb, cfg.vocab_size, h, None, cfg.type_vocab_size, emb_norm)?;
         Ok(Gte {
-            word: emb.pp("word_embeddings").table(cfg.vocab_size, h)?,
-            token_type: match cfg.type_vocab_size {
-                0 => None,
-                types => Some(emb.pp("token_type_embeddings").table(types, h)?),
-            },
-            emb_norm: if nomic {
-                w.pp("emb_ln").layer_norm(h, eps)?
-            } else {
-                emb.pp("LayerNorm").layer_norm(h, eps)?
-            },
+            embeddings: embeddings.with_max_len(cfg.max_position_embeddings),
             layers,
-            hidden: h,
-            vocab: cfg.vocab_size,
-            types: cfg.type_vocab_size,
-            max_positions: cfg.max_position_embeddings,
             head_dim,
             inv_freq: match cfg.rope_ntk {
                 Some((factor, mixed_b)) => rotary::ntk_inv_freq(cfg.rope_theta, head_dim, factor, mixed_b),
@@ -363,22 +346,9 @@ impl<O: Ops> Gte<O> {
     /// Every real token's final hidden state, packed like the batch: `[tokens, hidden]`.
     pub fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
         let tokens = batch.total_tokens();
-        if let Some(&id) = batch.input_ids.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
-        }
-        if batch.max_len > self.max_positions {
-            return Err(ModelError::Forward(format!("a sequence is longer than {} tokens", self.max_positions)));
-        }
         let positions: Vec<u32> = (0..batch.len()).flat_map(|s| 0..batch.seq_len(s) as u32).collect();
         let (cos, sin) = rotary::tables(o, &rotary::angles(&self.inv_freq, &positions), tokens, self.head_dim / 2)?;
-        let types = super::bert::segment_ids(batch, self.types);
-        let mut tables = vec![(&self.word, &batch.input_ids[..])];
-        if let Some(tt) = &self.token_type {
-            tables.push((tt, &types[..]));
-        }
-        let mut x = o.empty()?;
-        o.embed(&mut x, self.hidden, &tables)?;
-        o.norm(&mut x, &self.emb_norm)?;
+        let mut x = self.embeddings.forward(o, batch)?;
         let seqs = o.seqs(&batch.cu_seqlens)?;
         let mut scratch = Scratch::new(o)?;
         let mut mid = o.empty()?;
@@ -394,7 +364,7 @@ impl<O: Ops> Gte<O> {
 
 impl<O: Ops> TokenEncoder<O> for Gte<O> {
     fn hidden_size(&self) -> usize {
-        self.hidden
+        self.embeddings.hidden_size()
     }
 
     fn weight_bytes(&self) -> usize {

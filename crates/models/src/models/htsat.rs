@@ -267,11 +267,11 @@ impl<O: Ops> SwinBlock<O> {
             out: w.pp("attention").pp("output").pp("dense").linear(dim, dim, true)?,
             bias: w.param_from(bias)?,
             norm2: w.pp("layernorm_after").layer_norm(dim, cfg.layer_norm_eps)?,
-            mlp: Mlp {
-                fc1: w.pp("intermediate").pp("dense").linear(dim, hidden, true)?,
-                fc2: w.pp("output").pp("dense").linear(hidden, dim, true)?,
-                act: Activation::parse(&cfg.hidden_act)?,
-            },
+            mlp: Mlp::plain(
+                w.pp("intermediate").pp("dense").linear(dim, hidden, true)?,
+                w.pp("output").pp("dense").linear(hidden, dim, true)?,
+                Activation::parse(&cfg.hidden_act)?,
+            ),
             spec: AttentionSpec::new(dim, heads, false),
             window,
             shift,
@@ -492,7 +492,7 @@ impl<O: Ops> ClapAudio<O> {
         o.linear_fwd(&o.upload(b, c, pooled)?, &self.proj1, Post::Act(self.projection_act), &mut mid)?;
         let mut out = o.empty()?;
         o.linear_fwd(&mid, &self.proj2, Post::None, &mut out)?;
-        Ok(o.download(out)?.chunks(self.dim.max(1)).map(<[f32]>::to_vec).collect())
+        o.download_rows(out)
     }
 }
 

@@ -11,7 +11,7 @@ use crate::backend::{Activation, AttentionSpec, Norm, Ops};
 use crate::batch::Batch;
 use crate::encoder::TokenEncoder;
 use crate::error::ModelError;
-use crate::layers::{rotary, GatedMlp, Positional, Scratch, SelfAttention, Weights};
+use crate::layers::{rotary, Mlp, Positional, Scratch, SelfAttention, TextEmbeddings, Weights};
 
 /// `config.json` as transformers 4.x and 5.x write it; absent fields take `ModernBertConfig`'s defaults.
 #[derive(Debug, Clone, Deserialize)]
@@ -143,18 +143,14 @@ struct Layer<O: Ops> {
     attn_norm: Option<Norm<O::Param>>,
     attention: SelfAttention<O>,
     mlp_norm: Norm<O::Param>,
-    mlp: GatedMlp<O>,
+    mlp: Mlp<O>,
     global: bool,
 }
 
 pub struct ModernBert<O: Ops> {
-    embeddings: O::Param,
-    emb_norm: Norm<O::Param>,
+    embeddings: TextEmbeddings<O>,
     layers: Vec<Layer<O>>,
     final_norm: Norm<O::Param>,
-    hidden: usize,
-    vocab: usize,
-    max_positions: usize,
     head_dim: usize,
     /// Inverse rotary frequencies of global and local layers.
     global_freq: Vec<f32>,
@@ -194,24 +190,22 @@ impl<O: Ops> ModernBert<O> {
                         spec: base.windowed((!global).then_some(cfg.local_attention / 2)),
                     },
                     mlp_norm: norm(&l.pp("mlp_norm"))?,
-                    mlp: GatedMlp {
-                        gate_up: l.pp("mlp").pp("Wi").linear(h, 2 * i, cfg.mlp_bias)?,
-                        down: l.pp("mlp").pp("Wo").linear(i, h, cfg.mlp_bias)?,
+                    mlp: Mlp::gated(
+                        l.pp("mlp").pp("Wi").linear(h, 2 * i, cfg.mlp_bias)?,
+                        l.pp("mlp").pp("Wo").linear(i, h, cfg.mlp_bias)?,
                         act,
-                    },
+                    ),
                     global,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         let head_dim = h / cfg.num_attention_heads;
         Ok(ModernBert {
-            embeddings: w.pp("embeddings").pp("tok_embeddings").table(cfg.vocab_size, h)?,
-            emb_norm: norm(&w.pp("embeddings").pp("norm"))?,
+            embeddings: TextEmbeddings::words(&w.pp("embeddings").pp("tok_embeddings"), cfg.vocab_size, h)?
+                .with_norm(norm(&w.pp("embeddings").pp("norm"))?)
+                .with_max_len(cfg.max_position_embeddings),
             layers,
             final_norm: norm(&w.pp("final_norm"))?,
-            hidden: h,
-            vocab: cfg.vocab_size,
-            max_positions: cfg.max_position_embeddings,
             head_dim,
             global_freq: rotary::inv_freq(cfg.rope(true).0, head_dim),
             local_freq: rotary::inv_freq(cfg.rope(false).0, head_dim),
@@ -222,19 +216,11 @@ impl<O: Ops> ModernBert<O> {
     /// Every real token's final hidden state, packed like the batch: `[tokens, hidden]`.
     pub fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
         let tokens = batch.total_tokens();
-        if let Some(&id) = batch.input_ids.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
-        }
-        if batch.max_len > self.max_positions {
-            return Err(ModelError::Forward(format!("a sequence is longer than {} tokens", self.max_positions)));
-        }
         let positions: Vec<u32> = (0..batch.len()).flat_map(|s| 0..batch.seq_len(s) as u32).collect();
         let cols = self.head_dim / 2;
         let (gcos, gsin) = rotary::tables(o, &rotary::angles(&self.global_freq, &positions), tokens, cols)?;
         let (lcos, lsin) = rotary::tables(o, &rotary::angles(&self.local_freq, &positions), tokens, cols)?;
-        let mut x = o.empty()?;
-        o.embed(&mut x, self.hidden, &[(&self.embeddings, &batch.input_ids[..])])?;
-        o.norm(&mut x, &self.emb_norm)?;
+        let mut x = self.embeddings.forward(o, batch)?;
         let seqs = o.seqs(&batch.cu_seqlens)?;
         let mut scratch = Scratch::new(o)?;
         let (mut normed, mut mid) = (o.empty()?, o.empty()?);
@@ -258,7 +244,7 @@ impl<O: Ops> ModernBert<O> {
 
 impl<O: Ops> TokenEncoder<O> for ModernBert<O> {
     fn hidden_size(&self) -> usize {
-        self.hidden
+        self.embeddings.hidden_size()
     }
 
     fn weight_bytes(&self) -> usize {

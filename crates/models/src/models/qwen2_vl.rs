@@ -10,10 +10,10 @@ use serde::Deserialize;
 use crate::backend::{Activation, AttentionSpec, Norm, Ops, Post};
 use crate::error::ModelError;
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
-use crate::layers::decoder::{load_decoder_layers, DecoderSpec};
-use crate::layers::rotary::{angles, inv_freq, tables};
+use crate::layers::decoder::DecoderSpec;
+use crate::layers::rotary::{inv_freq, tables};
 use crate::layers::Positional;
-use crate::layers::{FeedForward, Mlp, SelfAttention, Weights};
+use crate::layers::{Mlp, SelfAttention, Weights};
 use crate::media::image::Pixels;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -148,11 +148,11 @@ impl<O: Ops> Qwen2VlVision<O> {
                         spec,
                     },
                     norm2: b.pp("norm2").layer_norm(d, VISION_EPS)?,
-                    mlp: FeedForward::Plain(Mlp {
-                        fc1: b.pp("mlp").pp("fc1").linear(d, mlp, true)?,
-                        fc2: b.pp("mlp").pp("fc2").linear(mlp, d, true)?,
+                    mlp: Mlp::plain(
+                        b.pp("mlp").pp("fc1").linear(d, mlp, true)?,
+                        b.pp("mlp").pp("fc2").linear(mlp, d, true)?,
                         act,
-                    }),
+                    ),
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -243,67 +243,30 @@ impl<O: Ops> Qwen2VlVision<O> {
     }
 }
 
-pub struct Qwen2<O: Ops> {
-    embed: O::Param,
-    layers: Vec<PreNormLayer<O>>,
-    norm: Norm<O::Param>,
-    hidden: usize,
-    vocab: usize,
-    inv_freq: Vec<f32>,
-}
-
-impl<O: Ops> Qwen2<O> {
-    /// `w`: the decoder's root (holding `embed_tokens`, `layers`, `norm`).
-    pub fn load(w: &Weights<O>, cfg: &TextConfig) -> Result<Self, ModelError> {
-        let (h, nh) = (cfg.hidden_size, cfg.num_attention_heads);
+impl TextConfig {
+    /// The Qwen2 decoder this config describes (causal).
+    pub fn decoder(&self) -> Result<DecoderSpec, ModelError> {
+        let (h, nh) = (self.hidden_size, self.num_attention_heads);
         if nh == 0 || !h.is_multiple_of(nh) {
             return Err(ModelError::Unsupported(format!("Qwen2 hidden_size {h} over {nh} heads")));
         }
-        let spec = DecoderSpec {
+        self.check_rope()?;
+        Ok(DecoderSpec {
+            vocab: self.vocab_size,
             hidden: h,
-            intermediate: cfg.intermediate_size,
-            layers: cfg.num_hidden_layers,
+            intermediate: self.intermediate_size,
+            layers: self.num_hidden_layers,
             heads: nh,
-            kv_heads: cfg.num_key_value_heads,
+            kv_heads: self.num_key_value_heads,
             head_dim: h / nh,
-            act: Activation::parse(&cfg.hidden_act)?,
+            act: Activation::parse(&self.hidden_act)?,
             qkv_bias: true,
-            eps: cfg.rms_norm_eps,
+            eps: self.rms_norm_eps,
             norm_plus_one: false,
             causal: true,
-        };
-        spec.check("Qwen2")?;
-        cfg.check_rope()?;
-        let theta = cfg.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(cfg.rope_theta).unwrap_or(1_000_000.0);
-        Ok(Qwen2 {
-            embed: w.pp("embed_tokens").table(cfg.vocab_size, h)?,
-            layers: load_decoder_layers(w, &spec)?,
-            norm: w.pp("norm").rms_norm(h, cfg.rms_norm_eps, false)?,
-            hidden: h,
-            vocab: cfg.vocab_size,
-            inv_freq: inv_freq(theta, h / nh),
+            rope_theta: self.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(1e6),
+            embed_scale: None,
         })
-    }
-
-    pub fn hidden_size(&self) -> usize {
-        self.hidden
-    }
-
-    /// Token embeddings, `[ids, hidden]`.
-    pub fn embed(&self, o: &O, ids: &[u32]) -> Result<O::T, ModelError> {
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab) {
-            return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
-        }
-        let mut x = o.empty()?;
-        o.embed(&mut x, self.hidden, &[(&self.embed, ids)])?;
-        Ok(x)
-    }
-
-    /// Final states of packed input embeddings (causal within each sequence), each row at its position.
-    pub fn forward(&self, o: &O, x: &mut O::T, seqs: &O::Seqs, positions: &[u32]) -> Result<(), ModelError> {
-        let (cos, sin) = tables(o, &angles(&self.inv_freq, positions), positions.len(), self.inv_freq.len())?;
-        pre_norm_stack(o, &self.layers, x, seqs, Positional::Rotary(&cos, &sin))?;
-        o.norm(x, &self.norm)
     }
 }
 

@@ -194,11 +194,11 @@ impl<O: Ops> PoolingHead<O> {
             kv: att.linear_from(kv.0, Some(kv.1))?,
             out: att.pp("out_proj").linear(h, h, true)?,
             norm: w.pp("layernorm").layer_norm(h, cfg.tower.layer_norm_eps)?,
-            mlp: Mlp {
-                fc1: mlp.pp("fc1").linear(h, i, true)?,
-                fc2: mlp.pp("fc2").linear(i, h, true)?,
-                act: Activation::parse(&cfg.tower.hidden_act)?,
-            },
+            mlp: Mlp::plain(
+                mlp.pp("fc1").linear(h, i, true)?,
+                mlp.pp("fc2").linear(i, h, true)?,
+                Activation::parse(&cfg.tower.hidden_act)?,
+            ),
             spec,
         })
     }
@@ -276,13 +276,8 @@ impl<O: Ops> SiglipText<O> {
         o.norm(&mut pooled, &self.final_norm)?;
         let mut y = o.empty()?;
         o.linear_fwd(&pooled, &self.head, Post::None, &mut y)?;
-        rows(o, y)
+        o.download_rows(y)
     }
-}
-
-fn rows<O: Ops>(o: &O, y: O::T) -> Result<Vec<Vec<f32>>, ModelError> {
-    let width = o.dims(&y).1;
-    Ok(o.download(y)?.chunks(width.max(1)).map(<[f32]>::to_vec).collect())
 }
 
 /// Both towers of a `SiglipModel` checkpoint, with the backend that computes them.
@@ -332,6 +327,6 @@ impl<O: Ops> Siglip<O> {
     pub fn forward_images(&self, images: &[Pixels]) -> Result<Vec<Vec<f32>>, ModelError> {
         let states = self.vision.forward(&self.ops, images)?;
         let pooled = self.head.forward(&self.ops, &states, images.len(), self.vision.tokens_per_image())?;
-        rows(&self.ops, pooled)
+        self.ops.download_rows(pooled)
     }
 }
