@@ -9,6 +9,10 @@ all-MiniLM-L6-v2's) with the fields a transformers version leaves out when it sa
 4.50-4.57 drop the token ids and other base fields equal to a nested config's class defaults, 4.32-4.49
 drop every nested field equal to its default. `strict`: every field equal to its (sub-)config class's
 default dropped, at every level: a hand-minimized config. No torch is needed: only the config classes.
+
+Remote-code configs (GTE's NewConfig, JinaBertConfig, ...) are skipped unless their code is given:
+  REMOTE_CODE=jinaai/jina-bert-implementation=/path/to/its/files python scripts/make_minimized_configs.py 4.49
+(several as `repo=dir,repo=dir`); the class named in auto_map["AutoConfig"] is imported from that folder.
 The weights stay the fixtures' own; crates/models/tests/suite/minimized_configs.rs checks that Aleph computes
 the same outputs from these configs as from the full ones.
 """
@@ -50,6 +54,21 @@ def strict_dict(cfg):
     return out
 
 
+def remote_config_class(folder):
+    """The config class the fixture's auto_map names, from a folder given in REMOTE_CODE; None otherwise."""
+    import importlib.util
+
+    target = json.load(open(os.path.join(folder, "config.json"))).get("auto_map", {}).get("AutoConfig")
+    code = dict(kv.split("=", 1) for kv in os.environ.get("REMOTE_CODE", "").split(",") if "=" in kv)
+    if not target or target.split("--")[0] not in code:
+        return None
+    module, cls = target.split("--")[1].rsplit(".", 1)
+    spec = importlib.util.spec_from_file_location(module, os.path.join(code[target.split("--")[0]], module + ".py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return getattr(m, cls)
+
+
 def main():
     writer = sys.argv[1]
     configs = sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/tiny/*/config.json")))
@@ -60,7 +79,8 @@ def main():
         folder = os.path.dirname(path)
         name = "models-all-MiniLM-L6-v2" if "/models/" in path else os.path.basename(folder)
         try:
-            cfg = AutoConfig.from_pretrained(folder)
+            remote = remote_config_class(folder)
+            cfg = remote.from_pretrained(folder) if remote else AutoConfig.from_pretrained(folder)
         except Exception as e:  # a family this version does not know (ColQwen2 before 4.50)
             print(f"{name}: skipped ({e.__class__.__name__})")
             continue

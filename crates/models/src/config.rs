@@ -69,6 +69,11 @@ impl ArchConfig {
         })
     }
 
+    /// Whether the `AutoModel` code is `repo`'s (`jinaai/jina-bert-implementation`, ...).
+    pub fn remote_code_from(&self, repo: &str) -> bool {
+        self.remote_model_code().is_some_and(|code| code.contains(&format!("{repo}--")))
+    }
+
     /// `*ForSequenceClassification` with one label reranks, with more it classifies; anything else embeds.
     pub fn task(&self) -> Task {
         // Infinity's rule: a ColBERT checkpoint names itself in its first architecture (HF_ColBERT, ...).

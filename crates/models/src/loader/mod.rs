@@ -313,10 +313,14 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     }
 }
 
+/// JinaBERT v2's code (jina-embeddings-v2, jina-reranker-v1), which `model_type: bert` checkpoints name.
+pub(crate) const JINA_BERT: &str = "jinaai/jina-bert-implementation";
+
 /// Aleph runs no Python. A model whose repository ships its own modeling code loads only if Aleph
-/// implements that family (Alibaba's GTE `NewModel`, Nomic's `NomicBertModel`); other remote code is refused
-/// rather than run as the plain architecture its `model_type` names (jina-bert-v2 says `bert`, and plain
-/// BERT would return wrong vectors). Without trust, transformers ignores `auto_map` and so does Aleph.
+/// implements that family (Alibaba's GTE `NewModel`, Nomic's `NomicBertModel`, JinaBERT v2); other remote
+/// code is refused rather than run as the plain architecture its `model_type` names (jina's qk-post-norm
+/// variant says `bert` too, and plain BERT would return wrong vectors). Without trust, transformers ignores
+/// `auto_map` and so does Aleph.
 pub fn check_remote_code(arch: &ArchConfig, trust: bool) -> Result<(), ModelError> {
     let Some(code) = arch.remote_model_code() else {
         return Ok(());
@@ -324,6 +328,7 @@ pub fn check_remote_code(arch: &ArchConfig, trust: bool) -> Result<(), ModelErro
     // Aleph's own implementations of that code (models::gte): Alibaba's NewModel, Nomic's NomicBertModel.
     if (arch.model_type == "new" && code.contains(".New"))
         || (arch.model_type == "nomic_bert" && code.contains(".NomicBert"))
+        || (arch.model_type == "bert" && arch.remote_code_from(JINA_BERT))
     {
         return Ok(());
     }

@@ -165,7 +165,9 @@ pub(super) fn load_bert_family(
     flavor: Flavor,
     opts: &LoadOptions,
 ) -> Result<LoadedModel, ModelError> {
-    let class = BertClass::from_model_type(&arch.model_type).ok_or_else(|| {
+    let jina = arch.model_type == "bert" && arch.remote_code_from(super::JINA_BERT);
+    let class = if jina { Some(BertClass::JinaBert) } else { BertClass::from_model_type(&arch.model_type) };
+    let class = class.ok_or_else(|| {
         ModelError::Unsupported(format!("model_type `{}` is not a BERT-family encoder", arch.model_type))
     })?;
     let cfg: BertConfig = read_json::<BertConfigFile>(&dir.join("config.json"))?.resolve(class);
@@ -221,7 +223,7 @@ pub(super) fn load_bert_family(
     }
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
         let (dense, act, out) = match class {
-            BertClass::Bert => {
+            BertClass::Bert | BertClass::JinaBert => {
                 (bert::root(vb.clone()).pp("pooler").pp("dense"), DenseActivation::Tanh, vb.pp("classifier"))
             }
             BertClass::DistilBert => (vb.pp("pre_classifier"), DenseActivation::Relu, vb.pp("classifier")),

@@ -2,8 +2,10 @@
 //! definition over [`Ops`]. RoBERTa's flavour only numbers positions from `pad_token_id + 1` and has a single
 //! token type; MPNet is RoBERTa-numbered, has no token types, names its attention differently and adds a
 //! learned bias by bucketed relative position to every layer's scores; DistilBERT is BERT without token types
-//! under other names. Post-norm layers: attention and the MLP each add their input back, then
-//! layer-normalize. [`MlmHead`] is the masked-LM head SPLADE reads.
+//! under other names; JinaBERT v2 (jina's `bert` remote code) has no position table, adds ALiBi (a linear
+//! penalty by distance, one slope per head) to every layer's scores and may have a gated (GLU) MLP.
+//! Post-norm layers: attention and the MLP each add their input back, then layer-normalize. [`MlmHead`] is
+//! the masked-LM head SPLADE reads.
 
 use candle_nn::VarBuilder;
 use serde::Deserialize;
@@ -32,6 +34,8 @@ pub struct BertConfig {
     pub position_embedding_type: String,
     /// MPNet's relative-position buckets (rows of `encoder.relative_attention_bias`); 0 for the others.
     pub relative_attention_num_buckets: usize,
+    /// JinaBERT's feed-forward: `original` (BERT's), `geglu` or `reglu`.
+    pub feed_forward_type: String,
     pub class: BertClass,
 }
 
@@ -46,6 +50,8 @@ pub enum BertClass {
     ClapText,
     MPNet,
     DistilBert,
+    /// JinaBERT v2: `model_type: bert` with `auto_map` into jinaai/jina-bert-implementation.
+    JinaBert,
 }
 
 impl BertClass {
@@ -66,7 +72,7 @@ impl BertClass {
     /// defaults them; the rest of the geometry is BERT-base's in every class.
     fn defaults(self) -> (usize, u32, usize, usize) {
         match self {
-            BertClass::Bert => (30522, 0, 2, 512),
+            BertClass::Bert | BertClass::JinaBert => (30522, 0, 2, 512),
             BertClass::Roberta => (50265, 1, 2, 512),
             BertClass::XlmRoberta | BertClass::Camembert => (30522, 1, 2, 512),
             BertClass::ClapText => (50265, 1, 1, 514),
@@ -146,6 +152,7 @@ pub struct BertConfigFile {
     pub pad_token_id: Option<u32>,
     pub position_embedding_type: Option<String>,
     pub relative_attention_num_buckets: Option<usize>,
+    pub feed_forward_type: Option<String>,
 }
 
 impl BertConfigFile {
@@ -168,6 +175,7 @@ impl BertConfigFile {
                 BertClass::MPNet => self.relative_attention_num_buckets.unwrap_or(32),
                 _ => 0,
             },
+            feed_forward_type: self.feed_forward_type.unwrap_or_else(|| "original".into()),
             // MPNet and DistilBERT have no token types whatever the file says (their embeddings build no table).
             type_vocab_size: match class {
                 BertClass::MPNet | BertClass::DistilBert => 0,
@@ -182,10 +190,19 @@ impl BertConfig {
     /// What neither backend implements, refused at load with the field and its value. Both backends call
     /// this, so they refuse the same checkpoints.
     pub fn check(&self) -> Result<(), ModelError> {
-        if self.position_embedding_type != "absolute" {
+        // JinaBERT's code adds ALiBi whatever the type says, and a position table only for `absolute`: every
+        // released JinaBERT says `alibi`.
+        let positions = if self.class == BertClass::JinaBert { "alibi" } else { "absolute" };
+        if self.position_embedding_type != positions {
             return Err(ModelError::Unsupported(format!(
-                "position_embedding_type `{}` (only `absolute` is implemented)",
+                "position_embedding_type `{}` (only `{positions}` is implemented for this model)",
                 self.position_embedding_type
+            )));
+        }
+        if !matches!(self.feed_forward_type.as_str(), "original" | "geglu" | "reglu") {
+            return Err(ModelError::Unsupported(format!(
+                "feed_forward_type `{}` (JinaBERT's original, geglu and reglu are implemented)",
+                self.feed_forward_type
             )));
         }
         if self.class == BertClass::MPNet && self.relative_attention_num_buckets < 32 {
@@ -249,10 +266,46 @@ struct Layer<O: Ops> {
 pub struct Bert<O: Ops> {
     embeddings: TextEmbeddings<O>,
     layers: Vec<Layer<O>>,
-    /// MPNet's `[buckets, heads]` relative-position bias.
-    relative: Option<Vec<f32>>,
+    relative: Option<ScoreBias>,
     heads: usize,
     weight_bytes: usize,
+}
+
+/// A bias on the attention scores by relative offset, spread over each batch's offsets.
+enum ScoreBias {
+    /// MPNet's learned `[buckets, heads]` table.
+    Buckets(Vec<f32>),
+    /// ALiBi's slope per head: the bias is `−slope·|offset|`.
+    Alibi(Vec<f32>),
+}
+
+impl ScoreBias {
+    /// `[heads, 2·span − 1]`: the bias of every offset `−(span − 1) ..= span − 1`, per head.
+    fn table(&self, heads: usize, span: usize) -> Vec<f32> {
+        let width = 2 * span - 1;
+        (0..heads * width)
+            .map(|e| {
+                let (head, d) = (e / width, (e % width) as i64 - (span as i64 - 1));
+                match self {
+                    ScoreBias::Buckets(r) => r.get(relative_bucket(d) * heads + head).copied().unwrap_or(0.0),
+                    ScoreBias::Alibi(slopes) => -slopes[head] * d.unsigned_abs() as f32,
+                }
+            })
+            .collect()
+    }
+}
+
+/// ALiBi's slopes as JinaBERT computes them (in f64, then f32): for a power of two `n`, `2^(−8k/n)` for
+/// `k = 1..=n`; otherwise those of the largest power of two `p < n`, then every other slope of `2p`'s.
+pub fn alibi_slopes(n: usize) -> Vec<f32> {
+    let pow2 = |n: usize| (1..=n).map(move |k| 2f64.powf(-8.0 / n as f64).powi(k as i32));
+    if n == 0 {
+        return Vec::new();
+    }
+    let p = 1usize << n.ilog2();
+    let slopes: Vec<f64> =
+        if p == n { pow2(n).collect() } else { pow2(p).chain(pow2(2 * p).step_by(2).take(n - p)).collect() };
+    slopes.into_iter().map(|s| s as f32).collect()
 }
 
 /// MPNet's bucket for a key `offset` tokens after the query (`MPNetEncoder.relative_position_bucket` with its
@@ -280,18 +333,28 @@ impl<O: Ops> Bert<O> {
         let (h, i, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
         let start = w.bytes();
         let emb = w.pp("embeddings");
-        let positions = Some((cfg.max_position_embeddings, flavor.position_offset(cfg)));
+        let jina = cfg.class == BertClass::JinaBert;
+        let positions = (!jina).then_some((cfg.max_position_embeddings, flavor.position_offset(cfg)));
         let norm = emb.pp("LayerNorm").layer_norm(h, eps)?;
-        let embeddings = TextEmbeddings::bert(&emb, cfg.vocab_size, h, positions, cfg.type_vocab_size, norm)?;
+        let embeddings = TextEmbeddings::bert(&emb, cfg.vocab_size, h, positions, cfg.type_vocab_size, norm)?
+            .with_max_len(cfg.max_position_embeddings);
         let spec = AttentionSpec::new(h, cfg.num_attention_heads, false);
-        let mpnet = cfg.class == BertClass::MPNet;
-        // [buckets, heads], kept on the host: each forward pass spreads it over the batch's offsets.
-        let relative = if mpnet {
-            let t = w.vb().pp("encoder").pp("relative_attention_bias");
-            let table = t.get((cfg.relative_attention_num_buckets, cfg.num_attention_heads), "weight");
-            Some(table.and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(crate::error::weights)?)
-        } else {
-            None
+        // Kept on the host: each forward pass spreads it over the batch's offsets.
+        let relative = match cfg.class {
+            BertClass::MPNet => {
+                let t = w.vb().pp("encoder").pp("relative_attention_bias");
+                let table = t.get((cfg.relative_attention_num_buckets, cfg.num_attention_heads), "weight");
+                let table = table.and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(crate::error::weights)?;
+                Some(ScoreBias::Buckets(table))
+            }
+            BertClass::JinaBert => Some(ScoreBias::Alibi(alibi_slopes(cfg.num_attention_heads))),
+            _ => None,
+        };
+        // JinaBERT's GLU: `gated_layers` holds the activated half's rows first, then the linear half's.
+        let glu = match cfg.feed_forward_type.as_str() {
+            "geglu" => Some(Activation::GeluErf),
+            "reglu" => Some(Activation::Relu),
+            _ => None,
         };
         let names = cfg.class.names();
         let layers = (0..cfg.num_hidden_layers)
@@ -305,8 +368,17 @@ impl<O: Ops> Bert<O> {
                         spec,
                     },
                     attn_norm: l.pp(names.attention_norm).layer_norm(h, eps)?,
-                    mlp: Mlp::plain(l.pp(names.up).linear(h, i, true)?, l.pp(names.down).linear(i, h, true)?, act),
-                    out_norm: l.pp(names.out_norm).layer_norm(h, eps)?,
+                    mlp: match glu {
+                        Some(glu) => Mlp::gated(
+                            l.pp("mlp.gated_layers").linear(h, 2 * i, false)?,
+                            l.pp("mlp.wo").linear(i, h, true)?,
+                            glu,
+                        ),
+                        None => {
+                            Mlp::plain(l.pp(names.up).linear(h, i, true)?, l.pp(names.down).linear(i, h, true)?, act)
+                        }
+                    },
+                    out_norm: l.pp(if glu.is_some() { "mlp.layernorm" } else { names.out_norm }).layer_norm(h, eps)?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -330,14 +402,7 @@ impl<O: Ops> Bert<O> {
         let mut mid = o.empty()?;
         // The relative bias for every offset this batch has, per head: `[heads, 2·span − 1]`.
         let span = batch.max_len.max(1);
-        let table: Option<Vec<f32>> = self.relative.as_ref().map(|r| {
-            (0..self.heads * (2 * span - 1))
-                .map(|e| {
-                    let (head, d) = (e / (2 * span - 1), (e % (2 * span - 1)) as i64 - (span as i64 - 1));
-                    r.get(relative_bucket(d) * self.heads + head).copied().unwrap_or(0.0)
-                })
-                .collect()
-        });
+        let table = self.relative.as_ref().map(|r| r.table(self.heads, span));
         let positional = match &table {
             Some(t) => Positional::Relative(RelativeBias { table: t, span }),
             None => Positional::None,

@@ -10,6 +10,7 @@ mod colqwen2_reference;
 mod deberta_reference;
 mod distilbert_reference;
 mod gte_reference;
+mod jina_reference;
 mod minimized_configs;
 mod modernbert_reference;
 mod mpnet_reference;

@@ -125,3 +125,30 @@ fn rope_variants_are_refused_on_the_decoders() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// JinaBERT variants its code has and Aleph does not run: a feed-forward other than BERT's, GeGLU or ReGLU
+/// (the code itself refuses `glu` and `swiglu`), a position table beside ALiBi, and jina's qk-post-norm code.
+#[test]
+fn jina_bert_variants_are_refused_on_every_backend() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 3] = [
+        ("jina-swiglu", |c| c["feed_forward_type"] = Value::from("swiglu"), "feed_forward_type `swiglu`"),
+        ("jina-absolute", |c| c["position_embedding_type"] = Value::from("absolute"), "`absolute`"),
+        (
+            "jina-qk-post-norm",
+            |c| {
+                c["auto_map"]["AutoModel"] =
+                    Value::from("jinaai/jina-bert-v2-qk-post-norm--modeling_bert.JinaBertModel")
+            },
+            "jina-bert-v2-qk-post-norm",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let dir = variant("jina-embed", name, edit);
+        for (backend, label) in backends() {
+            let e = load_error(&dir, &LoadOptions { backend, trust_remote_code: true, ..Default::default() });
+            assert!(e.contains(want), "{name} on {label}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -2,8 +2,8 @@
 //! transformers and sentence-transformers computed (tests/fixtures/tiny, made by
 //! scripts/make_encoder_families.py): SPLADE through TEI's `/embed_sparse` and `/embeddings` with
 //! `encoding_format: "sparse"` (dense stays the default), DistilBERT with a Dense module and a classifier
-//! from pickles, ModernBERT's, GTE's, NomicBERT's and DeBERTa's embedders and cross-encoders (DeBERTa's by
-//! scripts/make_deberta.py).
+//! from pickles, ModernBERT's, GTE's, NomicBERT's, DeBERTa's and JinaBERT's embedders and cross-encoders
+//! (DeBERTa's by scripts/make_deberta.py, JinaBERT's by scripts/make_jinabert.py from jina's remote code).
 
 use crate::common;
 
@@ -187,6 +187,11 @@ fn deberta_embeds_and_reranks_on_every_path() {
 #[test]
 fn nomic_bert_embeds_and_reranks_on_every_path() {
     embeds_and_reranks_on_every_path("nomic");
+}
+
+#[test]
+fn jina_bert_embeds_and_reranks_on_every_path() {
+    embeds_and_reranks_on_every_path("jina");
 }
 
 /// `tiny/{family}-embed` and `tiny/{family}-rerank` served together on each compute path.
