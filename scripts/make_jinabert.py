@@ -13,7 +13,8 @@ Where the code came from (the hub is unreachable here): the copy vendored in git
 `src/jina_ref/{modeling_bert,configuration_bert}.py` at commit bd0bb96af91a7887e4272e8f60cf533c6370970c (its
 forward math is line for line that of a second, independent copy, github.com/veya2ztn/sci-bert-finetune
 `models/jinabert/` at e39c6b94c6c3d90f7c3ce29c3411b3b015822e58; d5p4 only drops the TensorFlow weight loader and
-reflows lines). These are revision f3ec4cf7de7e561007f27c9efc7148b0bd713f81 of jinaai/jina-bert-implementation.
+reflows lines); with the loader put back, its line numbers match links into revision f3ec4cf7de7e of
+jinaai/jina-bert-implementation.
 
 REMOTE_DIR holds `modeling_bert.py` and `configuration_bert.py` of jinaai/jina-bert-implementation (imported here
 as the package `jina_bert_implementation`, as transformers' dynamic modules import them: modeling_bert.py does
