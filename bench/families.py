@@ -49,23 +49,49 @@ FAMILIES = {
                      intermediate_size=3072, relative_attention=True, pos_att_type="p2c|c2p", position_buckets=256,
                      norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
                      max_relative_positions=-1, type_vocab_size=0, pad_token_id=0), "mean", "auto"),
+    # jina's remote code (JINA_REMOTE=folder of its modeling_bert.py / configuration_bert.py, transformers 4.x:
+    # see scripts/make_jinabert.py); the config then names that code in auto_map, as the hub's does.
+    "jina": ("jina-embeddings-v2-base-en", "JinaBertModel", "JinaBertConfig",
+             dict(vocab_size=30528, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                  intermediate_size=3072, max_position_embeddings=8192, position_embedding_type="alibi",
+                  feed_forward_type="geglu", attn_implementation="torch"), "mean", "auto"),
     "splade-bert": ("naver/splade-cocondenser-ensembledistil", "BertForMaskedLM", "BertConfig",
                     dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                          intermediate_size=3072), "splade", "splade"),
 }
 
 
+def namespace(cls):
+    """Where a family's classes live: transformers, or jina's remote code for JinaBERT."""
+    if not cls.startswith("JinaBert"):
+        import transformers
+
+        return transformers
+    import types
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_jinabert import remote_code
+
+    config, modeling = remote_code(os.environ["JINA_REMOTE"])
+    return types.SimpleNamespace(**{**vars(config), **vars(modeling)})
+
+
 def make(name):
     import torch
-    import transformers
 
     _, cls, cfg_cls, cfg, _, _ = FAMILIES[name]
     d = OUT / name
     if (d / "config.json").exists():
         return d
     torch.manual_seed(0)
-    model = getattr(transformers, cls)(getattr(transformers, cfg_cls)(**cfg)).eval()
+    classes = namespace(cls)
+    model = getattr(classes, cls)(getattr(classes, cfg_cls)(**cfg)).eval()
     model.save_pretrained(d)
+    if cls.startswith("JinaBert"):
+        from make_jinabert import AUTO_MAP
+
+        c = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**c, "model_type": "bert", "auto_map": AUTO_MAP}))
     for f in ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]:
         src = ROOT / "models/all-MiniLM-L6-v2" / f
         if src.exists():
@@ -90,7 +116,7 @@ def pytorch(d, corpus, n, pooling, cls):
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(d)
     sents = [x.strip() for x in sts.sentences(corpus, n)]
-    model = getattr(transformers, cls).from_pretrained(d).eval()
+    model = getattr(namespace(cls), cls).from_pretrained(d).eval()
     import inspect
 
     accepted = inspect.signature(model.forward).parameters
