@@ -325,6 +325,30 @@ impl Ops for Candle {
         Ok(())
     }
 
+    fn head_norm(
+        &self,
+        qkv: &mut Tensor,
+        spec: &AttentionSpec,
+        q: &Norm<Tensor>,
+        k: &Norm<Tensor>,
+    ) -> Result<(), ModelError> {
+        let (rows, cols) = qkv.dims2().map_err(forward_err)?;
+        if cols != spec.qkv_width() || q.kind != NormKind::Rms || k.kind != NormKind::Rms {
+            return Err(ModelError::Forward("head norms do not fit the attention input".into()));
+        }
+        let hd = spec.head_dim;
+        let run = || -> candle_core::Result<Tensor> {
+            let normed = |start: usize, heads: usize, n: &Norm<Tensor>| -> candle_core::Result<Tensor> {
+                let part = qkv.narrow(1, start * hd, heads * hd)?.reshape((rows * heads, hd))?;
+                candle_norm(&part, n)?.reshape((rows, heads * hd))
+            };
+            let v = qkv.narrow(1, (spec.heads + spec.kv_heads) * hd, spec.kv_heads * hd)?;
+            Tensor::cat(&[&normed(0, spec.heads, q)?, &normed(spec.heads, spec.kv_heads, k)?, &v], 1)
+        };
+        *qkv = run().map_err(forward_err)?;
+        Ok(())
+    }
+
     fn reshape(&self, x: &mut Tensor, rows: usize, cols: usize) -> Result<(), ModelError> {
         *x = x.reshape((rows, cols)).map_err(forward_err)?;
         Ok(())

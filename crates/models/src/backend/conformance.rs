@@ -405,7 +405,34 @@ fn windows<O: Ops>(o: &O, name: &str) {
     }
 }
 
+/// Qwen3's per-head RMS norms on queries and keys (grouped: two key heads), values untouched.
+fn head_norms<O: Ops>(o: &O, name: &str) {
+    let spec = AttentionSpec { heads: 4, kv_heads: 2, head_dim: 3, scale: 0.5, causal: true, window: None };
+    let (rows, hd, width) = (5, 3, spec.qkv_width());
+    let qkv = values(rows * width, 21);
+    let (qw, kw) = (values(hd, 22), values(hd, 23));
+    let norm = |w: &[f32]| Norm {
+        kind: NormKind::Rms,
+        weight: o.param(tensor(w, 1, hd).flatten_all().unwrap()).unwrap(),
+        bias: None,
+        eps: 1e-6,
+    };
+    let mut x = o.upload(rows, width, qkv.clone()).unwrap();
+    o.head_norm(&mut x, &spec, &norm(&qw), &norm(&kw)).unwrap();
+    let mut want: Vec<f64> = qkv.iter().map(|&v| v as f64).collect();
+    for r in 0..rows {
+        for head in 0..spec.heads + spec.kv_heads {
+            let w = if head < spec.heads { &qw } else { &kw };
+            let h = &mut want[r * width + head * hd..][..hd];
+            let rms = (h.iter().map(|v| v * v).sum::<f64>() / hd as f64 + 1e-6).sqrt();
+            h.iter_mut().zip(w).for_each(|(v, &g)| *v = *v / rms * g as f64);
+        }
+    }
+    close(&o.host(&x).unwrap(), &want, 1e-5, &format!("{name} head norms"));
+}
+
 fn conforms<O: Ops>(o: &O, name: &str) {
+    head_norms(o, name);
     windows(o, name);
     linear_and_norm(o, name);
     embed(o, name);

@@ -282,6 +282,26 @@ impl Ops for Cpu {
         Ok(())
     }
 
+    fn head_norm(
+        &self,
+        qkv: &mut Mat,
+        spec: &AttentionSpec,
+        q: &Norm<Vec<f32>>,
+        k: &Norm<Vec<f32>>,
+    ) -> Result<(), ModelError> {
+        let hd = spec.head_dim;
+        if qkv.cols != spec.qkv_width() || [q, k].iter().any(|n| n.weight.len() != hd || n.kind != NormKind::Rms) {
+            return Err(ModelError::Forward("head norms do not fit the attention input".into()));
+        }
+        let (isa, heads) = (self.isa, spec.heads);
+        rows_in_parallel(&mut qkv.data, spec.qkv_width(), |row| {
+            let (qs, rest) = row.split_at_mut(heads * hd);
+            qs.chunks_exact_mut(hd).for_each(|h| ops::rms_norm(isa, h, &q.weight, q.eps));
+            rest[..spec.kv_heads * hd].chunks_exact_mut(hd).for_each(|h| ops::rms_norm(isa, h, &k.weight, k.eps));
+        });
+        Ok(())
+    }
+
     fn reshape(&self, x: &mut Mat, rows: usize, cols: usize) -> Result<(), ModelError> {
         if rows * cols != x.data.len() {
             return Err(ModelError::Forward(format!("{}x{} cannot be read as {rows}x{cols}", x.rows, x.cols)));

@@ -281,6 +281,15 @@ pub trait Ops: Send + Sync + Sized + 'static {
     /// [`AttentionSpec`]): each head's halves `(a, b)` become `(a·cos − b·sin, b·cos + a·sin)` with the
     /// row's `cos`, `sin` (`[rows, head_dim / 2]`; transformers' `rotate_half` layout).
     fn rotary(&self, qkv: &mut Self::T, spec: &AttentionSpec, cos: &Self::T, sin: &Self::T) -> Result<(), ModelError>;
+    /// RMS-normalizes each query head of the fused `qkv` by `q` and each key head by `k` (`head_dim` wide;
+    /// Qwen3's and Gemma 3's `q_norm` / `k_norm`); value heads stay as they are.
+    fn head_norm(
+        &self,
+        qkv: &mut Self::T,
+        spec: &AttentionSpec,
+        q: &Norm<Self::Param>,
+        k: &Norm<Self::Param>,
+    ) -> Result<(), ModelError>;
     /// Reinterprets the row-major data as `[rows, cols]` (the same number of elements).
     fn reshape(&self, x: &mut Self::T, rows: usize, cols: usize) -> Result<(), ModelError>;
     /// `out[t, head] = softmax(scale · q kᵀ + bias) v` within each sequence, for the fused `qkv` (see

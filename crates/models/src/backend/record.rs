@@ -127,6 +127,16 @@ impl<O: Ops> Ops for Recording<O> {
         self.inner.rotary(qkv, spec, cos, sin)
     }
 
+    fn head_norm(
+        &self,
+        qkv: &mut O::T,
+        spec: &AttentionSpec,
+        q: &Norm<O::Param>,
+        k: &Norm<O::Param>,
+    ) -> Result<(), ModelError> {
+        self.inner.head_norm(qkv, spec, q, k)
+    }
+
     fn reshape(&self, x: &mut O::T, rows: usize, cols: usize) -> Result<(), ModelError> {
         self.inner.reshape(x, rows, cols)
     }

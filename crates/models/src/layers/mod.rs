@@ -5,6 +5,7 @@ pub mod block;
 pub mod decoder;
 pub mod embeddings;
 pub mod mlp;
+pub mod moe;
 pub mod rotary;
 pub mod weights;
 

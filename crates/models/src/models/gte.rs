@@ -4,7 +4,9 @@
 //!   port (`"gte"`), which saves the same tensor names; `up_gate_proj` holds the up rows, then the gate rows.
 //! - NomicBERT (nomic-embed-text-v1.5): `model_type: "nomic_bert"`, its remote code (contrastors) or
 //!   transformers 5's port, the same tensor names (`attn.Wqkv`, `mlp.fc11` up, `mlp.fc12` gate, `norm1`,
-//!   `norm2`, `emb_ln`); the remote code's config names its fields GPT-2's way (`n_embd`, ...).
+//!   `norm2`, `emb_ln`); the remote code's config names its fields GPT-2's way (`n_embd`, ...). v2-moe
+//!   (nomic-embed-text-v2-moe) makes every `moe_every_n_layers`-th MLP a mixture of experts
+//!   (`mlp.router.layer`, `mlp.experts.mlp.{w1,w2}`, `mlp.experts.bias`: [`Moe`]).
 //!
 //! No position tables: rotary positions (rotate_half) on queries and keys; the activation goes on the gate;
 //! optional token types; no final norm.
@@ -17,6 +19,7 @@ use crate::backend::{Activation, AttentionSpec, Norm, Ops};
 use crate::batch::Batch;
 use crate::encoder::TokenEncoder;
 use crate::error::{weights, ModelError};
+use crate::layers::moe::Moe;
 use crate::layers::{rotary, Mlp, Positional, Scratch, SelfAttention, TextEmbeddings, Weights};
 
 /// `config.json`, every field resolved with the defaults of the class the checkpoint names: `NewConfig` (the
@@ -44,6 +47,15 @@ pub struct GteConfig {
     pub mlp_down_bias: bool,
     /// The MLP is gated (GTE always; NomicBERT with `swiglu`).
     pub gated: bool,
+    /// NomicBERT v2's experts: layer `n` is a mixture when `n % every == 1`.
+    pub moe: Option<MoeConfig>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeConfig {
+    pub every: usize,
+    pub experts: usize,
+    pub top_k: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +102,10 @@ struct File {
     use_rms_norm: Option<bool>,
     causal: Option<bool>,
     num_experts: Option<usize>,
+    moe_every_n_layers: Option<usize>,
+    moe_top_k: Option<usize>,
+    moe_normalize_expert_weights: Option<bool>,
+    pad_vocab_size_multiple: Option<usize>,
 }
 
 impl GteConfig {
@@ -151,6 +167,7 @@ impl GteConfig {
             mlp_up_bias: false,
             mlp_down_bias: true,
             gated: true,
+            moe: None,
         };
         cfg.check()
     }
@@ -177,18 +194,36 @@ impl GteConfig {
                 return unsupported("NomicBERT with prenorm, RMS norms or causal attention".into());
             }
         }
-        if f.num_experts.is_some_and(|n| n > 0) {
-            return unsupported("NomicBERT mixture-of-experts layers (nomic-embed-text-v2-moe)".into());
-        }
+        // The remote code reads the expert fields only when `moe_every_n_layers` is positive.
+        let moe = match f.moe_every_n_layers.filter(|&n| n > 0) {
+            None => None,
+            Some(every) => {
+                let (Some(experts), Some(top_k)) = (f.num_experts, f.moe_top_k) else {
+                    return unsupported("NomicBERT experts without num_experts and moe_top_k".into());
+                };
+                if top_k == 0 || top_k > experts || f.n_inner.is_none() {
+                    return unsupported(format!("NomicBERT moe_top_k {top_k} of {experts} experts (n_inner set)"));
+                }
+                // Only megablocks' path reads it; the remote code's own layer never renormalizes.
+                if f.moe_normalize_expert_weights == Some(true) {
+                    return unsupported("NomicBERT moe_normalize_expert_weights: true".into());
+                }
+                Some(MoeConfig { every, experts, top_k })
+            }
+        };
         let act = f
             .activation_function
             .clone()
             .or(f.hidden_act.clone())
             .unwrap_or_else(|| if remote { "gelu_new" } else { "silu" }.into());
+        // The remote code hands its MLPs a function, F.silu for `swiglu` and F.gelu (erf) for anything else
+        // but `glu` (a sigmoid gate), so `gelu_new` there is erf GELU too.
         let (gated, hidden_act) = match act.as_str() {
             "swiglu" => (true, "silu".to_string()),
             _ if !remote => (true, act.clone()),
-            _ => (false, act.clone()),
+            "glu" => return unsupported("NomicBERT activation_function `glu` (a sigmoid gate)".into()),
+            "geglu" => (true, "gelu".to_string()),
+            _ => (false, "gelu".to_string()),
         };
         let mut theta = f.rotary_emb_base.unwrap_or(if remote { 10_000.0 } else { 1000.0 });
         if let Some(p) = f.rope_parameters.as_ref().filter(|p| !p.is_null()) {
@@ -200,9 +235,12 @@ impl GteConfig {
         }
         let hidden = f.n_embd.or(f.hidden_size).unwrap_or(768);
         let bias = |b: Option<bool>| if remote { b.unwrap_or(true) } else { false };
+        // The remote embeddings round the vocabulary up to `pad_vocab_size_multiple`.
+        let vocab = f.vocab_size.unwrap_or(if remote { 50_257 } else { 30_528 });
+        let vocab = vocab.next_multiple_of(f.pad_vocab_size_multiple.filter(|_| remote).unwrap_or(1).max(1));
         GteConfig {
             family: Family::Nomic,
-            vocab_size: f.vocab_size.unwrap_or(if remote { 50_257 } else { 30_528 }),
+            vocab_size: vocab,
             hidden_size: hidden,
             num_hidden_layers: f.n_layer.or(f.num_hidden_layers).unwrap_or(12),
             num_attention_heads: f.n_head.or(f.num_attention_heads).unwrap_or(12),
@@ -224,6 +262,7 @@ impl GteConfig {
             mlp_up_bias: bias(f.mlp_fc1_bias),
             mlp_down_bias: bias(f.mlp_fc2_bias),
             gated,
+            moe,
         }
         .check()
     }
@@ -240,8 +279,53 @@ impl GteConfig {
 struct Layer<O: Ops> {
     attention: SelfAttention<O>,
     attn_norm: Norm<O::Param>,
-    mlp: Mlp<O>,
+    mlp: FeedForward<O>,
     mlp_norm: Norm<O::Param>,
+}
+
+enum FeedForward<O: Ops> {
+    Dense(Mlp<O>),
+    Experts(Moe<O>),
+}
+
+impl<O: Ops> FeedForward<O> {
+    fn forward(&self, o: &O, x: &O::T, residual: &O::T, s: &mut Scratch<O>, out: &mut O::T) -> Result<(), ModelError> {
+        match self {
+            FeedForward::Dense(m) => m.forward(o, x, residual, s, out),
+            FeedForward::Experts(m) => m.forward(o, x, residual, s, out),
+        }
+    }
+}
+
+/// NomicBERT v2's experts under `mlp`: `router.layer` `[experts, hidden]`; `experts.mlp.w1` and `w2`, each
+/// `[experts · inter, hidden]` with expert `e`'s rows at `e · inter` (`w1` multiplies as a linear layer's
+/// weight, `w2` as its transpose); `experts.bias`.
+fn load_moe<O: Ops>(
+    mlp: &Weights<O>,
+    cfg: &MoeConfig,
+    h: usize,
+    i: usize,
+    act: Activation,
+) -> Result<Moe<O>, ModelError> {
+    let vb = mlp.vb();
+    let host = |t: Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(weights);
+    let (w1, w2) = (vb.get((cfg.experts * i, h), "experts.mlp.w1"), vb.get((cfg.experts * i, h), "experts.mlp.w2"));
+    let (w1, w2) = (w1.map_err(weights)?, w2.map_err(weights)?);
+    let experts = (0..cfg.experts)
+        .map(|e| {
+            let up = w1.narrow(0, e * i, i).map_err(weights)?;
+            let down = w2.narrow(0, e * i, i).and_then(|t| t.t()?.contiguous()).map_err(weights)?;
+            let (pu, pd) = (mlp.pp("experts.mlp.w1").pp(e), mlp.pp("experts.mlp.w2").pp(e));
+            Ok((pu.linear_from(up, None)?, pd.linear_from(down, None)?))
+        })
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    Ok(Moe {
+        router: host(vb.get((cfg.experts, h), "router.layer.weight").map_err(weights)?)?,
+        experts,
+        act,
+        bias: host(vb.get(h, "experts.bias").map_err(weights)?)?,
+        top_k: cfg.top_k,
+    })
 }
 
 pub struct Gte<O: Ops> {
@@ -263,8 +347,11 @@ impl<O: Ops> Gte<O> {
         let emb = w.pp("embeddings");
         let nomic = cfg.family == Family::Nomic;
         // The MLP's width, from the checkpoint where the config may not say it (NomicBERT's `n_inner`).
-        let up_name =
-            if nomic { "encoder.layers.0.mlp.fc11.weight" } else { "encoder.layer.0.mlp.up_gate_proj.weight" };
+        let up_name = match (nomic, cfg.gated) {
+            (true, true) => "encoder.layers.0.mlp.fc11.weight",
+            (true, false) => "encoder.layers.0.mlp.fc1.weight",
+            (false, _) => "encoder.layer.0.mlp.up_gate_proj.weight",
+        };
         let i = match (cfg.intermediate_size, w.vb().get_unchecked(up_name)) {
             (0, Ok(t)) => t.dims2().map_err(weights)?.0 / if nomic { 1 } else { 2 },
             (i, _) => i,
@@ -275,18 +362,20 @@ impl<O: Ops> Gte<O> {
                     let l = w.pp("encoder").pp("layers").pp(n);
                     let (a, mlp) = (l.pp("attn"), l.pp("mlp"));
                     // fc11 is the up (value) projection, fc12 the gate.
-                    let ff = if cfg.gated {
-                        Mlp::gated(
+                    let ff = if let Some(moe) = cfg.moe.as_ref().filter(|m| n % m.every == 1) {
+                        FeedForward::Experts(load_moe(&mlp, moe, h, i, act)?)
+                    } else if cfg.gated {
+                        FeedForward::Dense(Mlp::gated(
                             mlp.linear_cat(&[("fc12", i), ("fc11", i)], h, cfg.mlp_up_bias)?,
                             mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
                             act,
-                        )
+                        ))
                     } else {
-                        Mlp::plain(
+                        FeedForward::Dense(Mlp::plain(
                             mlp.pp("fc1").linear(h, i, cfg.mlp_up_bias)?,
                             mlp.pp("fc2").linear(i, h, cfg.mlp_down_bias)?,
                             act,
-                        )
+                        ))
                     };
                     Layer {
                         attention: SelfAttention {
@@ -317,11 +406,11 @@ impl<O: Ops> Gte<O> {
                     Layer {
                         attention: SelfAttention { qkv, out: a.pp("o_proj").linear(h, h, true)?, spec },
                         attn_norm: norm(&l.pp("attn_ln"))?,
-                        mlp: Mlp::gated(
+                        mlp: FeedForward::Dense(Mlp::gated(
                             mlp.pp("up_gate_proj").linear_from(gate_up, None)?,
                             mlp.pp("down_proj").linear(i, h, true)?,
                             act,
-                        ),
+                        )),
                         mlp_norm: norm(&l.pp("mlp_ln"))?,
                     }
                 };
@@ -438,6 +527,11 @@ mod tests {
         assert!(c.gated && !c.qkv_bias && !c.mlp_up_bias && c.hidden_act == "silu");
         // No n_inner: the width comes from the checkpoint at load.
         assert_eq!(c.intermediate_size, 0);
+        // v2's experts: read only with moe_every_n_layers, as the remote code reads them.
+        let moe = r#"{"activation_function": "gelu", "rotary_emb_fraction": 1.0, "n_inner": 3072, "num_experts": 8"#;
+        assert_eq!(read(&format!("{moe}}}"), "nomic_bert").unwrap().moe, None);
+        let c = read(&format!(r#"{moe}, "moe_every_n_layers": 2, "moe_top_k": 2}}"#), "nomic_bert").unwrap();
+        assert_eq!(c.moe, Some(MoeConfig { every: 2, experts: 8, top_k: 2 }));
         // transformers' own NomicBertConfig names and defaults.
         let native = read("{}", "nomic_bert").unwrap();
         assert_eq!((native.rope_theta, native.intermediate_size, native.layer_norm_eps), (1000.0, 3072, 1e-12));
@@ -451,7 +545,10 @@ mod tests {
                 r#"{"activation_function": "swiglu", "rotary_emb_fraction": 1.0, "rotary_scaling_factor": 2.0}"#,
                 "scaling",
             ),
-            (r#"{"activation_function": "gelu", "rotary_emb_fraction": 1.0, "num_experts": 8}"#, "mixture-of-experts"),
+            (
+                r#"{"activation_function": "gelu", "rotary_emb_fraction": 1.0, "moe_every_n_layers": 2, "num_experts": 8}"#,
+                "moe_top_k",
+            ),
             (r#"{"activation_function": "swiglu", "rotary_emb_fraction": 1.0, "prenorm": true}"#, "prenorm"),
         ] {
             let err = read(refused, "nomic_bert").unwrap_err().to_string();

@@ -14,6 +14,7 @@ mod jina_reference;
 mod minimized_configs;
 mod modernbert_reference;
 mod mpnet_reference;
+mod nomic_moe_reference;
 mod nomic_reference;
 mod refusals;
 mod siglip_reference;

@@ -152,3 +152,33 @@ fn jina_bert_variants_are_refused_on_every_backend() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// NomicBERT v2's experts as only megablocks computes them (renormalized top-k weights), experts without
+/// their counts, and the remote code's sigmoid-gated `glu`.
+#[test]
+fn nomic_expert_variants_aleph_does_not_run_are_refused() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 3] = [
+        (
+            "nomic-moe-normalized",
+            |c| c["moe_normalize_expert_weights"] = Value::from(true),
+            "moe_normalize_expert_weights",
+        ),
+        (
+            "nomic-moe-no-top-k",
+            |c| {
+                c.as_object_mut().unwrap().remove("moe_top_k");
+            },
+            "moe_top_k",
+        ),
+        ("nomic-glu", |c| c["activation_function"] = Value::from("glu"), "`glu`"),
+    ];
+    for (name, edit, want) in cases {
+        let dir = variant("nomic-moe-embed", name, edit);
+        for (backend, label) in backends() {
+            let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+            assert!(e.contains(want), "{name} on {label}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

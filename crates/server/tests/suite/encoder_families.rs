@@ -3,7 +3,8 @@
 //! scripts/make_encoder_families.py): SPLADE through TEI's `/embed_sparse` and `/embeddings` with
 //! `encoding_format: "sparse"` (dense stays the default), DistilBERT with a Dense module and a classifier
 //! from pickles, ModernBERT's, GTE's, NomicBERT's, DeBERTa's and JinaBERT's embedders and cross-encoders
-//! (DeBERTa's by scripts/make_deberta.py, JinaBERT's by scripts/make_jinabert.py from jina's remote code).
+//! (DeBERTa's by scripts/make_deberta.py, JinaBERT's by scripts/make_jinabert.py from jina's remote code),
+//! NomicBERT v2's experts (scripts/make_nomic_moe.py, nomic's remote code).
 
 use crate::common;
 
@@ -194,25 +195,41 @@ fn jina_bert_embeds_and_reranks_on_every_path() {
     embeds_and_reranks_on_every_path("jina");
 }
 
+#[test]
+fn nomic_bert_v2_experts_embed_on_every_path() {
+    let (name, default): (_, Run) = ("nomic-moe-embed", (&[], &[]));
+    let model = tiny(name);
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", model.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        check_embeddings(&Server::start_with_env(&args, env), name, &format!("{flags:?} {env:?}"));
+    }
+}
+
+/// `/embeddings` of `tiny/{name}` equal its reference vectors within 1e-4.
+fn check_embeddings(s: &Server, name: &str, what: &str) {
+    let r = reference(name);
+    let reply = s.post_json("/embeddings", &json!({"model": format!("tiny/{name}"), "input": only_texts(&r)}));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = reply.json();
+    for (i, (at, _)) in texts(&r).into_iter().enumerate() {
+        let (g, w) = (floats(&body["data"][i]["embedding"]), floats(&r["vectors"][at]));
+        let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(d < 1e-4, "{name} {what} text {i}: differs by {d}");
+    }
+}
+
 /// `tiny/{family}-embed` and `tiny/{family}-rerank` served together on each compute path.
 fn embeds_and_reranks_on_every_path(family: &str) {
     let (embed_name, rerank_name) = (format!("{family}-embed"), format!("{family}-rerank"));
     let (embed, rerank) = (tiny(&embed_name), tiny(&rerank_name));
-    let (er, rr) = (reference(&embed_name), reference(&rerank_name));
+    let rr = reference(&rerank_name);
     let default: Run = (&[], &[]);
     for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
         let mut args = vec!["--model-id", embed.as_str(), "--model-id", rerank.as_str(), "--no-model-warmup"];
         args.extend_from_slice(flags);
         let s = Server::start_with_env(&args, env);
-        let reply =
-            s.post_json("/embeddings", &json!({"model": format!("tiny/{embed_name}"), "input": only_texts(&er)}));
-        assert_eq!(reply.status, 200, "{}", reply.body);
-        let body = reply.json();
-        for (i, (at, _)) in texts(&er).into_iter().enumerate() {
-            let (g, w) = (floats(&body["data"][i]["embedding"]), floats(&er["vectors"][at]));
-            let d = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            assert!(d < 1e-4, "{flags:?} {env:?} text {i}: differs by {d}");
-        }
+        check_embeddings(&s, &embed_name, &format!("{flags:?} {env:?}"));
         // Raw scores are the logits; documents keep their order in `index`.
         let docs: Vec<&str> = rr["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
         let query = rr["query"].as_str().unwrap();
