@@ -55,24 +55,45 @@ FAMILIES = {
              dict(vocab_size=30528, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                   intermediate_size=3072, max_position_embeddings=8192, position_embedding_type="alibi",
                   feed_forward_type="geglu", attn_implementation="torch"), "mean", "auto"),
+    # NOMIC_REMOTE=folder of nomic-ai/nomic-bert-2048's code (scripts/make_nomic_moe.py; einops too).
+    "nomic-moe": ("nomic-embed-text-v2-moe", "NomicBertModel", "NomicBertConfig",
+                  dict(vocab_size=250048, n_embd=768, n_layer=12, n_head=12, n_inner=3072, n_positions=2048,
+                       activation_function="gelu", rotary_emb_fraction=1.0, rotary_emb_base=10000,
+                       type_vocab_size=1, pad_token_id=1, prenorm=False, num_experts=8, moe_top_k=2,
+                       moe_every_n_layers=2, moe_normalize_expert_weights=False, qkv_proj_bias=True,
+                       mlp_fc1_bias=True, mlp_fc2_bias=True, causal=False, add_pooling_layer=False,
+                       use_flash_attn=False, fused_bias_fc=False, fused_dropout_add_ln=False), "mean", "auto"),
     "splade-bert": ("naver/splade-cocondenser-ensembledistil", "BertForMaskedLM", "BertConfig",
                     dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                          intermediate_size=3072), "splade", "splade"),
 }
 
 
+# Families run from their remote code (transformers 4.x on PYTHONPATH): class prefix -> (environment variable
+# naming the folder of that code, the fixture script that imports it and knows its auto_map).
+REMOTE = {"JinaBert": ("JINA_REMOTE", "make_jinabert"), "NomicBert": ("NOMIC_REMOTE", "make_nomic_moe")}
+
+
+def remote(cls):
+    """The fixture script of `cls`'s remote code, or None for transformers' own classes."""
+    for prefix, (_, script) in REMOTE.items():
+        if cls.startswith(prefix):
+            sys.path.insert(0, str(ROOT / "scripts"))
+            return __import__(script)
+    return None
+
+
 def namespace(cls):
-    """Where a family's classes live: transformers, or jina's remote code for JinaBERT."""
-    if not cls.startswith("JinaBert"):
+    """Where a family's classes live: transformers, or the remote code (JinaBERT, NomicBERT v2)."""
+    script = remote(cls)
+    if script is None:
         import transformers
 
         return transformers
     import types
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from make_jinabert import remote_code
-
-    config, modeling = remote_code(os.environ["JINA_REMOTE"])
+    env = next(v for p, (v, _) in REMOTE.items() if cls.startswith(p))
+    config, modeling = script.remote_code(os.environ[env])
     return types.SimpleNamespace(**{**vars(config), **vars(modeling)})
 
 
@@ -86,12 +107,14 @@ def make(name):
     torch.manual_seed(0)
     classes = namespace(cls)
     model = getattr(classes, cls)(getattr(classes, cfg_cls)(**cfg)).eval()
+    with torch.no_grad():  # NomicBERT's experts are allocated with torch.empty and never initialised
+        for n, p in model.named_parameters():
+            if "experts.mlp" in n:
+                torch.nn.init.normal_(p, std=0.02)
     model.save_pretrained(d)
-    if cls.startswith("JinaBert"):
-        from make_jinabert import AUTO_MAP
-
+    if remote(cls):
         c = json.loads((d / "config.json").read_text())
-        (d / "config.json").write_text(json.dumps({**c, "model_type": "bert", "auto_map": AUTO_MAP}))
+        (d / "config.json").write_text(json.dumps({**c, "auto_map": remote(cls).AUTO_MAP}))
     for f in ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]:
         src = ROOT / "models/all-MiniLM-L6-v2" / f
         if src.exists():

@@ -67,14 +67,14 @@ fn time(budget: f64, mut f: impl FnMut()) -> f64 {
     runs[runs.len() / 2]
 }
 
-/// The geometry, under BERT's names or DistilBERT's.
+/// The geometry, under BERT's names, DistilBERT's or GPT-2's (NomicBERT's remote code).
 #[derive(serde::Deserialize)]
 struct Cfg {
-    #[serde(alias = "dim")]
+    #[serde(alias = "dim", alias = "n_embd")]
     hidden_size: usize,
-    #[serde(alias = "hidden_dim")]
+    #[serde(alias = "hidden_dim", alias = "n_inner")]
     intermediate_size: usize,
-    #[serde(alias = "n_layers")]
+    #[serde(alias = "n_layers", alias = "n_layer")]
     num_hidden_layers: usize,
 }
 
