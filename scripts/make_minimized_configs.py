@@ -12,7 +12,9 @@ default dropped, at every level: a hand-minimized config. No torch is needed: on
 
 Remote-code configs (GTE's NewConfig, JinaBertConfig, ...) are skipped unless their code is given:
   REMOTE_CODE=jinaai/jina-bert-implementation=/path/to/its/files python scripts/make_minimized_configs.py 4.49
-(several as `repo=dir,repo=dir`); the class named in auto_map["AutoConfig"] is imported from that folder.
+(several as `repo=dir,repo=dir`); the class named in auto_map["AutoConfig"] is imported from that folder. Such code
+may need transformers 4 (JinaBERT's and NomicBERT's do): their `strict` configs come from 4.49 with the remote
+class, and a transformers 5 run rewrites them as plain BertConfig diffs, which is wrong for them.
 The weights stay the fixtures' own; crates/models/tests/suite/minimized_configs.rs checks that Aleph computes
 the same outputs from these configs as from the full ones.
 """

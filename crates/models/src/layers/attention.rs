@@ -1,7 +1,7 @@
 //! Self-attention as every family here runs it: one fused query/key/value projection, rotary positions
 //! where the family has them, attention by the backend, then the output projection added to a residual.
 
-use crate::backend::{AttentionSpec, Disentangled, Ops, Post, RelativeBias, ScoreBias};
+use crate::backend::{AttentionSpec, Disentangled, Norm, Ops, Post, RelativeBias, ScoreBias};
 use crate::error::ModelError;
 
 use super::Scratch;
@@ -25,7 +25,12 @@ impl<O: Ops> Clone for Positional<'_, O> {
 
 impl<O: Ops> Copy for Positional<'_, O> {}
 
+/// The query heads' norm and the key heads'.
+pub type HeadNorms<P> = (Norm<P>, Norm<P>);
+
 pub struct SelfAttention<O: Ops> {
+    /// Per-head RMS norms of queries and keys, before positions (Qwen3, Gemma 3).
+    pub qk_norm: Option<HeadNorms<O::Param>>,
     pub qkv: O::Linear,
     pub out: O::Linear,
     pub spec: AttentionSpec,
@@ -45,6 +50,9 @@ impl<O: Ops> SelfAttention<O> {
         out: &mut O::T,
     ) -> Result<(), ModelError> {
         o.linear_fwd(x, &self.qkv, Post::None, &mut scratch.qkv)?;
+        if let Some((q, k)) = &self.qk_norm {
+            o.head_norm(&mut scratch.qkv, &self.spec, q, k)?;
+        }
         let mut bias = ScoreBias::None;
         match positional {
             Positional::None => {}

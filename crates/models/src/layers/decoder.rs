@@ -5,6 +5,8 @@
 //! between families is data in [`DecoderSpec`].
 
 use crate::backend::{Activation, AttentionSpec, Norm, Ops};
+use crate::batch::Batch;
+use crate::encoder::TokenEncoder;
 use crate::error::{weights, ModelError};
 
 use super::block::{pre_norm_stack, PreNormLayer};
@@ -27,6 +29,8 @@ pub struct DecoderSpec {
     pub eps: f64,
     /// Gemma's norms scale by `1 + w`.
     pub norm_plus_one: bool,
+    /// Per-head RMS norms on queries and keys (`self_attn.{q,k}_norm`: Qwen3, Gemma 3).
+    pub qk_norm: bool,
     pub causal: bool,
     pub rope_theta: f64,
     /// Gemma multiplies its token embeddings by √hidden.
@@ -63,6 +67,7 @@ impl DecoderSpec {
 }
 
 pub struct Decoder<O: Ops> {
+    weight_bytes: usize,
     embeddings: TextEmbeddings<O>,
     layers: Vec<PreNormLayer<O>>,
     norm: Norm<O::Param>,
@@ -74,6 +79,7 @@ impl<O: Ops> Decoder<O> {
     /// `w`: the decoder's root (holding `embed_tokens`, `layers`, `norm`); `family` names it in refusals.
     pub fn load(w: &Weights<O>, spec: &DecoderSpec, family: &str) -> Result<Self, ModelError> {
         spec.check(family)?;
+        let start = w.bytes();
         let (v, h) = (spec.vocab, spec.hidden);
         let embeddings = match spec.embed_scale {
             None => TextEmbeddings::words(&w.pp("embed_tokens"), v, h)?,
@@ -83,12 +89,9 @@ impl<O: Ops> Decoder<O> {
                 TextEmbeddings::from_table(w.param_from((table * scale as f64).map_err(weights)?)?, v, h)
             }
         };
-        Ok(Decoder {
-            embeddings,
-            layers: load_layers(w, spec)?,
-            norm: w.pp("norm").rms_norm(h, spec.eps, spec.norm_plus_one)?,
-            inv_freq: inv_freq(spec.rope_theta, spec.head_dim),
-        })
+        let (layers, norm) = (load_layers(w, spec)?, w.pp("norm").rms_norm(h, spec.eps, spec.norm_plus_one)?);
+        let inv_freq = inv_freq(spec.rope_theta, spec.head_dim);
+        Ok(Decoder { weight_bytes: w.bytes() - start, embeddings, layers, norm, inv_freq })
     }
 
     pub fn hidden_size(&self) -> usize {
@@ -106,6 +109,23 @@ impl<O: Ops> Decoder<O> {
         let (cos, sin) = tables(o, &angles(&self.inv_freq, positions), positions.len(), self.inv_freq.len())?;
         pre_norm_stack(o, &self.layers, x, seqs, Positional::Rotary(&cos, &sin))?;
         o.norm(x, &self.norm)
+    }
+}
+
+/// As a text embedder (Qwen3-Embedding): each sequence of the batch from position 0.
+impl<O: Ops> TokenEncoder<O> for Decoder<O> {
+    fn hidden_size(&self) -> usize {
+        self.embeddings.hidden_size()
+    }
+
+    fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    fn forward(&self, o: &O, batch: &Batch) -> Result<O::T, ModelError> {
+        let mut x = self.embeddings.forward(o, batch)?;
+        Decoder::forward(self, o, &mut x, &o.seqs(&batch.cu_seqlens)?, &positions(&batch.cu_seqlens, 0))?;
+        Ok(x)
     }
 }
 
@@ -127,6 +147,13 @@ fn load_layers<O: Ops>(w: &Weights<O>, spec: &DecoderSpec) -> Result<Vec<PreNorm
             Ok(PreNormLayer {
                 norm1: l.pp("input_layernorm").rms_norm(h, spec.eps, spec.norm_plus_one)?,
                 attention: SelfAttention {
+                    qk_norm: match spec.qk_norm {
+                        true => Some((
+                            sa.pp("q_norm").rms_norm(hd, spec.eps, spec.norm_plus_one)?,
+                            sa.pp("k_norm").rms_norm(hd, spec.eps, spec.norm_plus_one)?,
+                        )),
+                        false => None,
+                    },
                     qkv: sa.linear_cat(&parts, h, spec.qkv_bias)?,
                     out: sa.pp("o_proj").linear(spec.heads * hd, h, false)?,
                     spec: attention,

@@ -302,12 +302,13 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
         "modernbert" => return text::load_modernbert(dir, &arch, opts),
         "deberta-v2" => return text::load_deberta(dir, &arch, opts),
         "new" | "gte" | "nomic_bert" => return text::load_gte(dir, &arch, opts),
+        "qwen3" => return text::load_qwen3(dir, &arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => text::load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, deberta-v2, modernbert, new (GTE), gte, nomic_bert, clip, clap, colpali, colqwen2, siglip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, deberta-v2, modernbert, new (GTE), gte, nomic_bert, qwen3, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
         ))),
     }

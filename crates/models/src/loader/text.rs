@@ -19,11 +19,13 @@ use crate::batch::{Batch, Output};
 use crate::encoder::{Encoder, OnBackend, TokenEncoder};
 use crate::error::{read_json, weights, ModelError};
 use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, LexicalAndColbert, PostStep, Residual};
+use crate::layers::decoder::Decoder;
 use crate::layers::Weights;
 use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
 use crate::models::deberta::{self, Deberta, DebertaConfig};
 use crate::models::gte::{self, Gte, GteConfig};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
+use crate::models::qwen3::{self, Qwen3Config};
 use crate::models::splade::{Splade, SpladeModel};
 use crate::pooling::{Pooling, PoolingChoice};
 use crate::st_config::{DenseActivation, PostModule, SentenceTransformerConfig};
@@ -321,6 +323,19 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     })
 }
 
+/// Qwen3 embedders (Qwen3-Embedding: a `Qwen3ForCausalLM` or `Qwen3Model` checkpoint whose
+/// sentence-transformers files pool the last token).
+pub(super) fn load_qwen3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let cfg: Qwen3Config = read_json(&dir.join("config.json"))?;
+    cfg.decoder()?;
+    let setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
+    let vb = setup.vb.clone();
+    let (encoder, backend) = encoder_of(&cfg, &setup, qwen3::root(vb))?;
+    setup.encoder_model(dir, encoder, backend, |_, _| {
+        Err(ModelError::Unsupported("a Qwen3 sequence classifier (Qwen3 loads as an embedder)".into()))
+    })
+}
+
 /// A text family's encoder definition, loadable on any backend.
 trait TextFamily {
     type Model<O: Ops>: TokenEncoder<O> + 'static;
@@ -347,6 +362,13 @@ impl TextFamily for DebertaConfig {
     type Model<O: Ops> = Deberta<O>;
     fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Deberta<O>, ModelError> {
         Deberta::load(w, self)
+    }
+}
+
+impl TextFamily for Qwen3Config {
+    type Model<O: Ops> = Decoder<O>;
+    fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Decoder<O>, ModelError> {
+        Decoder::load(w, &self.decoder()?, "Qwen3")
     }
 }
 

@@ -363,6 +363,7 @@ impl<O: Ops> Bert<O> {
                 let [q, k, v] = names.qkv;
                 Ok(Layer {
                     attention: SelfAttention {
+                        qk_norm: None,
                         qkv: l.pp(names.attention).linear_cat(&[(q, h), (k, h), (v, h)], h, true)?,
                         out: l.pp(names.attention_out).linear(h, h, true)?,
                         spec,

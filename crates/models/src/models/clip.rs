@@ -146,6 +146,7 @@ pub(crate) fn load_layers<O: Ops>(
             Ok(PreNormLayer {
                 norm1: l.pp("layer_norm1").layer_norm(h, cfg.layer_norm_eps)?,
                 attention: SelfAttention {
+                    qk_norm: None,
                     qkv: sa.linear_cat(&[("q_proj", h), ("k_proj", h), ("v_proj", h)], h, true)?,
                     out: sa.pp("out_proj").linear(h, h, true)?,
                     spec,

@@ -259,6 +259,7 @@ impl<O: Ops> Deberta<O> {
                 }
                 Ok(Layer {
                     attention: SelfAttention {
+                        qk_norm: None,
                         qkv: att.linear_cat(&[("query_proj", all), ("key_proj", all), ("value_proj", all)], h, true)?,
                         out: l.pp("attention.output.dense").linear(all, h, true)?,
                         spec,

@@ -91,6 +91,7 @@ impl GemmaConfig {
             act: self.activation()?,
             qkv_bias: false,
             eps: self.rms_norm_eps,
+            qk_norm: false,
             norm_plus_one: true,
             causal,
             rope_theta: self.theta()?,

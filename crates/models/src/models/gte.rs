@@ -379,6 +379,7 @@ impl<O: Ops> Gte<O> {
                     };
                     Layer {
                         attention: SelfAttention {
+                            qk_norm: None,
                             qkv: a.pp("Wqkv").linear(h, 3 * h, cfg.qkv_bias)?,
                             out: a.pp("out_proj").linear(h, h, cfg.qkv_bias)?,
                             spec,
@@ -404,7 +405,7 @@ impl<O: Ops> Gte<O> {
                     )
                     .map_err(weights)?;
                     Layer {
-                        attention: SelfAttention { qkv, out: a.pp("o_proj").linear(h, h, true)?, spec },
+                        attention: SelfAttention { qk_norm: None, qkv, out: a.pp("o_proj").linear(h, h, true)?, spec },
                         attn_norm: norm(&l.pp("attn_ln"))?,
                         mlp: FeedForward::Dense(Mlp::gated(
                             mlp.pp("up_gate_proj").linear_from(gate_up, None)?,

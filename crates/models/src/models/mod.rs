@@ -13,5 +13,6 @@ pub mod gte;
 pub mod htsat;
 pub mod modernbert;
 pub mod qwen2_vl;
+pub mod qwen3;
 pub mod siglip;
 pub mod splade;

@@ -185,6 +185,7 @@ impl<O: Ops> ModernBert<O> {
                 Ok(Layer {
                     attn_norm: if n == 0 { None } else { Some(norm(&l.pp("attn_norm"))?) },
                     attention: SelfAttention {
+                        qk_norm: None,
                         qkv: l.pp("attn").pp("Wqkv").linear(h, 3 * h, cfg.attention_bias)?,
                         out: l.pp("attn").pp("Wo").linear(h, h, cfg.attention_bias)?,
                         spec: base.windowed((!global).then_some(cfg.local_attention / 2)),

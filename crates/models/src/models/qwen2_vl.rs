@@ -143,6 +143,7 @@ impl<O: Ops> Qwen2VlVision<O> {
                 Ok(PreNormLayer {
                     norm1: b.pp("norm1").layer_norm(d, VISION_EPS)?,
                     attention: SelfAttention {
+                        qk_norm: None,
                         qkv: b.pp("attn").pp("qkv").linear(d, 3 * d, true)?,
                         out: b.pp("attn").pp("proj").linear(d, d, true)?,
                         spec,
@@ -262,6 +263,7 @@ impl TextConfig {
             act: Activation::parse(&self.hidden_act)?,
             qkv_bias: true,
             eps: self.rms_norm_eps,
+            qk_norm: false,
             norm_plus_one: false,
             causal: true,
             rope_theta: self.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(1e6),

@@ -16,5 +16,6 @@ mod modernbert_reference;
 mod mpnet_reference;
 mod nomic_moe_reference;
 mod nomic_reference;
+mod qwen3_reference;
 mod refusals;
 mod siglip_reference;

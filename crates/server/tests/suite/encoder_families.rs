@@ -206,6 +206,33 @@ fn nomic_bert_v2_experts_embed_on_every_path() {
     }
 }
 
+/// Qwen3-Embedding's shape (scripts/make_qwen3.py): last-token pooled decoder states, and its `query` prompt by
+/// `prompt_name` on Infinity's route and TEI's, on every compute path.
+#[test]
+fn qwen3_embeds_with_its_prompts_on_every_path() {
+    let (name, default): (_, Run) = ("qwen3-embed", (&[], &[]));
+    let (model, r) = (tiny(name), reference(name));
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", model.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        check_embeddings(&s, name, &format!("{flags:?} {env:?}"));
+        let inputs = only_texts(&r);
+        let body = json!({"model": format!("tiny/{name}"), "input": inputs, "prompt_name": "query"});
+        let infinity = s.post_json("/embeddings", &body).json();
+        let tei = s.post_json("/embed", &json!({"inputs": inputs, "prompt_name": "query"})).json();
+        for (i, (at, _)) in texts(&r).into_iter().enumerate() {
+            let want = floats(&r["query_vectors"][at]);
+            for (route, got) in
+                [("/embeddings", floats(&infinity["data"][i]["embedding"])), ("/embed", floats(&tei[i]))]
+            {
+                let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(d < 1e-4, "{route} {flags:?} {env:?} text {i} with the query prompt: differs by {d}");
+            }
+        }
+    }
+}
+
 /// `/embeddings` of `tiny/{name}` equal its reference vectors within 1e-4.
 fn check_embeddings(s: &Server, name: &str, what: &str) {
     let r = reference(name);
