@@ -21,6 +21,12 @@ impl HostLinear {
         Self::load_with(vb, inp, out, true)
     }
 
+    /// Rows computed at load (`w`: `[out, inp]`, row-major), without a bias.
+    pub fn from_rows(w: Vec<f32>, inp: usize) -> Self {
+        let out = w.len() / inp.max(1);
+        HostLinear { w, b: vec![0.0; out], inp }
+    }
+
     /// `weight` `[out, inp]` and, with `bias`, `bias` `[out]` (else zeros).
     pub fn load_with(vb: VarBuilder, inp: usize, out: usize, bias: bool) -> candle_core::Result<Self> {
         let w = vb.get((out, inp), "weight")?.flatten_all()?.to_vec1::<f32>()?;
@@ -173,6 +179,9 @@ pub enum Head {
     /// `dense` the pooler; RoBERTa keeps both inside its classification head; DistilBERT's activation is
     /// ReLU) or, for ModernBERT with `classifier_pooling: mean`, the mean. The output is the logits.
     Classifier { pooling: Pooling, dense: HostLinear, act: DenseActivation, norm: Option<HostNorm>, out: HostLinear },
+    /// A linear score of one pooled token, no pooler (Qwen3's `score`; an LLM reranker's yes-minus-no row of
+    /// its language-model head).
+    Score { pooling: Pooling, out: HostLinear },
     /// Late interaction: every token projected and L2-normalized; the output is the token vectors,
     /// row-major, `len × proj.out_dim()`.
     MultiVector { proj: HostLinear },
@@ -217,6 +226,11 @@ impl Head {
                             v
                         })
                         .collect(),
+                    Head::Score { pooling, out } => {
+                        let mut pooled = Vec::with_capacity(h);
+                        pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut pooled);
+                        out.apply(&pooled)
+                    }
                     Head::Classifier { pooling, dense, act, norm, out } => {
                         let mut pooled = Vec::with_capacity(h);
                         pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut pooled);

@@ -25,10 +25,10 @@ pub mod tokenizer;
 pub use batch::{read_sparse_pairs, sparse_pairs, Batch, Output, OutputKind};
 pub use error::ModelError;
 pub use loader::{
-    gpu_available, load, Backend, Compute, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, Task,
+    gpu_available, load, Backend, Compute, DType, Device, LoadOptions, LoadedModel, Model, ModelInfo, ModelTask, Task,
 };
 pub use media::audio::{AudioFeatures, AudioProcessor};
 pub use media::image::{ImageProcessor, Pixels};
 pub use media::MediaError;
 pub use pooling::{Pooling, PoolingChoice};
-pub use tokenizer::{Encoded, TextTokenizer};
+pub use tokenizer::{Encoded, PairTemplate, TextTokenizer};

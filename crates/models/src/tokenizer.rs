@@ -111,10 +111,53 @@ pub struct TextTokenizer {
     window: usize,
     /// Text around every input, tokenized with it instead of the tokenizer's special-token template.
     template: Option<(String, String)>,
+    /// How an LLM reranker's (query, document) pairs become one prompt, with its prefix's and suffix's ids.
+    pair_template: Option<Arc<PairPrompt>>,
     /// The same tokenizer cutting from the start, and one not cutting at all, each built the first time a
     /// client asks for it.
     left: Arc<OnceLock<Box<Tokenizer>>>,
     uncut: Arc<OnceLock<Box<Tokenizer>>>,
+}
+
+/// An LLM reranker's prompt (Qwen3-Reranker's, as its model card builds it): the tokens of `prefix`, then
+/// `body` with `{instruction}`, `{query}` and `{document}` filled in and tokenized on its own (cut to fit the
+/// window), then the tokens of `suffix`.
+#[derive(Debug, Clone)]
+pub struct PairTemplate {
+    pub prefix: String,
+    pub body: String,
+    pub suffix: String,
+    pub instruction: String,
+}
+
+impl PairTemplate {
+    /// The body with its placeholders filled in one pass (a query holding `{document}` stays as written).
+    fn fill(&self, query: &str, document: &str) -> String {
+        let (mut out, mut rest) = (String::new(), self.body.as_str());
+        while let Some(at) = rest.find('{') {
+            out.push_str(&rest[..at]);
+            let tail = &rest[at..];
+            let fields = [("{instruction}", self.instruction.as_str()), ("{query}", query), ("{document}", document)];
+            match fields.iter().find(|(name, _)| tail.starts_with(name)) {
+                Some((name, value)) => {
+                    out.push_str(value);
+                    rest = &tail[name.len()..];
+                }
+                None => {
+                    out.push('{');
+                    rest = &tail[1..];
+                }
+            }
+        }
+        out + rest
+    }
+}
+
+/// A [`PairTemplate`] with its prefix and suffix tokenized once.
+struct PairPrompt {
+    template: PairTemplate,
+    prefix: Vec<u32>,
+    suffix: Vec<u32>,
 }
 
 #[derive(Clone)]
@@ -149,6 +192,7 @@ impl TextTokenizer {
             kind: Kind::HuggingFace(Box::new(inner)),
             window,
             template: None,
+            pair_template: None,
             left: Arc::new(OnceLock::new()),
             uncut: Arc::new(OnceLock::new()),
         })
@@ -160,6 +204,7 @@ impl TextTokenizer {
             kind: Kind::Bytes,
             window: window.max(2),
             template: None,
+            pair_template: None,
             left: Arc::new(OnceLock::new()),
             uncut: Arc::new(OnceLock::new()),
         }
@@ -267,6 +312,13 @@ impl TextTokenizer {
         self
     }
 
+    /// Pairs become one prompt through `template` (an LLM reranker's).
+    pub fn with_pair_template(mut self, template: PairTemplate) -> Result<Self, ModelError> {
+        let (prefix, suffix) = (self.encode_raw(&template.prefix)?.ids, self.encode_raw(&template.suffix)?.ids);
+        self.pair_template = Some(Arc::new(PairPrompt { template, prefix, suffix }));
+        Ok(self)
+    }
+
     /// The id of a token in the vocabulary (special tokens included).
     pub fn token_id(&self, token: &str) -> Option<u32> {
         match &self.kind {
@@ -290,6 +342,13 @@ impl TextTokenizer {
     /// Tokenizes a (query, document) pair with the tokenizer's pair template; when the two pass the
     /// window, the longer side is truncated first.
     pub fn encode_pair(&self, first: &str, second: &str) -> Result<Encoded, ModelError> {
+        if let Some(PairPrompt { template, prefix, suffix }) = self.pair_template.as_deref() {
+            // The body on its own, as the model card tokenizes it, cut to leave room for the prefix and suffix.
+            let mut body = self.encode(&template.fill(first, second))?.ids;
+            body.truncate(self.window.saturating_sub(prefix.len() + suffix.len()));
+            let ids: Vec<u32> = prefix.iter().copied().chain(body).chain(suffix.iter().copied()).collect();
+            return Ok(Encoded { type_ids: vec![0; ids.len()], ids });
+        }
         match &self.kind {
             Kind::HuggingFace(tok) => {
                 let enc = tok.encode_fast((first, second), true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
@@ -344,6 +403,17 @@ fn variant<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pair_templates_fill_each_placeholder_once() {
+        let t = PairTemplate {
+            prefix: String::new(),
+            body: "<I>: {instruction} <Q>: {query} <D>: {document} {other}".into(),
+            suffix: String::new(),
+            instruction: "find {document}".into(),
+        };
+        assert_eq!(t.fill("q {query}", "d"), "<I>: find {document} <Q>: q {query} <D>: d {other}");
+    }
 
     #[test]
     fn byte_tokenizer_frames_and_truncates() {

@@ -3,7 +3,7 @@
 //! the environment; one value applies to every model.
 
 use aleph_models::quantize::EmbeddingDtype;
-use aleph_models::{DType, Device, PoolingChoice};
+use aleph_models::{DType, Device, ModelTask, PoolingChoice};
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 pub const DEFAULT_MODEL: &str = "sentence-transformers/all-MiniLM-L6-v2";
@@ -178,6 +178,15 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_TRUNCATE_DIM", value_delimiter = ';', help_heading = "Models")]
     pub truncate_dim: Vec<String>,
 
+    /// What to serve the model as: auto (as its checkpoint says), embed, rerank or classify. `rerank` on a
+    /// causal LM (Qwen3-Reranker, a `Qwen3ForCausalLM`) scores pairs through its prompt, "yes" against "no".
+    #[arg(long, env = "ALEPH_MODEL_TASK", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
+    pub model_task: Vec<String>,
+
+    /// An LLM reranker's instruction (its prompt's `<Instruct>`), in place of the model card's default.
+    #[arg(long, env = "ALEPH_RERANK_INSTRUCTION", value_delimiter = ';', help_heading = "Models")]
+    pub rerank_instruction: Vec<String>,
+
     /// The prompt of the model's `config_sentence_transformers.json` prepended to texts whose request names
     /// none (TEI's flag; a request's `prompt_name` overrides it).
     #[arg(long, env = "ALEPH_DEFAULT_PROMPT_NAME", value_delimiter = ';', help_heading = "Models")]
@@ -325,6 +334,8 @@ pub struct ModelSpec {
     pub pooling: PoolingChoice,
     pub embedding_dtype: EmbeddingDtype,
     pub trust_remote_code: bool,
+    pub task: ModelTask,
+    pub rerank_instruction: Option<String>,
     pub vector_disk_cache: bool,
     /// `--default-prompt-name`, checked against the model's prompts at load.
     pub default_prompt_name: Option<String>,
@@ -364,6 +375,8 @@ impl ServeArgs {
         let trust = switch("--trust-remote-code", &self.trust_remote_code, self.no_trust_remote_code, n, true)?;
         let cache = switch("--vector-disk-cache", &self.vector_disk_cache, self.no_vector_disk_cache, n, false)?;
         let prompts = per_model("--default-prompt-name", &self.default_prompt_name, n)?;
+        let tasks: Vec<ModelTask> = parsed("--model-task", &self.model_task, n, "auto")?;
+        let instructions = per_model("--rerank-instruction", &self.rerank_instruction, n)?;
         let truncate_dim: Vec<Dimensions> = parsed("--truncate-dim", &self.truncate_dim, n, "0")?;
         let mut specs = Vec::with_capacity(n);
         for (i, id) in ids.iter().enumerate() {
@@ -384,6 +397,8 @@ impl ServeArgs {
                 pooling: pooling[i],
                 embedding_dtype: embedding_dtype[i],
                 trust_remote_code: trust[i],
+                task: tasks[i],
+                rerank_instruction: instructions[i].clone().filter(|s| !s.is_empty()),
                 vector_disk_cache: cache[i],
                 default_prompt_name: prompts[i].clone().filter(|p| !p.is_empty()),
                 truncate_dim: truncate_dim[i].0,
@@ -666,6 +681,10 @@ mod tests {
         let a = parse(&["aleph", "--compile", "--no-bettertransformer", "--lengths-via-tokenize"]);
         assert_eq!(a.no_effect_flags(), vec!["--compile", "--bettertransformer", "--lengths-via-tokenize"]);
         assert!(parse(&["aleph"]).no_effect_flags().is_empty());
+        let a = parse(&["aleph", "--model-id", "a", "--model-id", "b", "--model-task", "auto;rerank"]);
+        let specs = a.model_specs().unwrap();
+        assert_eq!((specs[0].task, specs[1].task), (ModelTask::Auto, ModelTask::Rerank));
+        assert_eq!(specs[1].rerank_instruction, None);
     }
 
     #[test]
@@ -678,6 +697,7 @@ mod tests {
             &["aleph", "--engine", "neuron"],
             &["aleph", "--device-id", "0,0"],
             &["aleph", "--vector-disk-cache", "perhaps"],
+            &["aleph", "--model-task", "summarize"],
         ] {
             assert!(parse(args).model_specs().is_err(), "{args:?}");
         }

@@ -138,6 +138,8 @@ fn load_model(
         image_limits: ImageLimits { max_pixels: spec.max_image_pixels },
         audio_limits: AudioLimits { max_seconds: spec.max_audio_seconds },
         trust_remote_code: spec.trust_remote_code,
+        task: spec.task,
+        rerank_instruction: spec.rerank_instruction.clone(),
     };
     let on_gpus = !spec.device_ids.is_empty()
         && (matches!(spec.device, Device::Cuda(_)) || (spec.device == Device::Auto && aleph_models::gpu_available()));

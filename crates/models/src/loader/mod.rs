@@ -231,6 +231,52 @@ impl FromStr for DType {
     }
 }
 
+/// `--model-task`: what to serve a checkpoint as. `auto` follows the checkpoint (its architectures and
+/// labels); the others insist, and a causal LM given `rerank` becomes an LLM reranker (Qwen3-Reranker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelTask {
+    #[default]
+    Auto,
+    Embed,
+    Rerank,
+    Classify,
+}
+
+impl ModelTask {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelTask::Auto => "auto",
+            ModelTask::Embed => "embed",
+            ModelTask::Rerank => "rerank",
+            ModelTask::Classify => "classify",
+        }
+    }
+
+    /// Whether a model that loads as `task` is what was asked for.
+    fn accepts(self, task: &Task) -> bool {
+        match self {
+            ModelTask::Auto => true,
+            ModelTask::Embed => matches!(task, Task::Embed | Task::MultiVector),
+            ModelTask::Rerank => *task == Task::Rerank,
+            ModelTask::Classify => matches!(task, Task::Classify { .. }),
+        }
+    }
+}
+
+impl FromStr for ModelTask {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(ModelTask::Auto),
+            "embed" | "embedding" | "embeddings" => Ok(ModelTask::Embed),
+            "rerank" | "reranker" => Ok(ModelTask::Rerank),
+            "classify" | "classification" => Ok(ModelTask::Classify),
+            other => Err(format!("model task `{other}` (expected auto, embed, rerank or classify)")),
+        }
+    }
+}
+
 /// What computes a loaded model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compute {
@@ -280,10 +326,27 @@ pub struct LoadOptions {
     pub audio_limits: AudioLimits,
     /// `--trust-remote-code`: whether a model's `auto_map` counts (see [`check_remote_code`]).
     pub trust_remote_code: bool,
+    /// `--model-task`.
+    pub task: ModelTask,
+    /// `--rerank-instruction`: an LLM reranker's instruction in place of its default.
+    pub rerank_instruction: Option<String>,
 }
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let loaded = load_as_configured(dir, opts)?;
+    if !opts.task.accepts(&loaded.info.task) {
+        return Err(ModelError::InvalidOption(format!(
+            "--model-task {}: this checkpoint loads as {} ({})",
+            opts.task.name(),
+            loaded.info.task.capabilities().join("/"),
+            loaded.info.architecture
+        )));
+    }
+    Ok(loaded)
+}
+
+fn load_as_configured(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let arch = ArchConfig::read(dir)?;
     check_remote_code(&arch, opts.trust_remote_code)?;
     if matches!(opts.dtype, DType::Float16 | DType::BFloat16) {

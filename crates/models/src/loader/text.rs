@@ -323,16 +323,50 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     })
 }
 
-/// Qwen3 embedders (Qwen3-Embedding: a `Qwen3ForCausalLM` or `Qwen3Model` checkpoint whose
-/// sentence-transformers files pool the last token).
+/// Qwen3: embedders (Qwen3-Embedding: a `Qwen3ForCausalLM` or `Qwen3Model` checkpoint whose
+/// sentence-transformers files pool the last token) and, with `--model-task rerank`, a causal LM as an LLM
+/// reranker (Qwen3-Reranker: its prompt around each pair, the last token's "yes" logit minus its "no").
 pub(super) fn load_qwen3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: Qwen3Config = read_json(&dir.join("config.json"))?;
     cfg.decoder()?;
-    let setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
+    let mut setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
+    let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
+    let yes_no = if opts.task == super::ModelTask::Rerank && causal_lm {
+        let instruction = opts.rerank_instruction.clone();
+        setup.tokenizer = setup.tokenizer.with_pair_template(qwen3::reranker_template(instruction))?;
+        let token = |t: &str| {
+            setup
+                .tokenizer
+                .token_id(t)
+                .ok_or_else(|| ModelError::Unsupported(format!("a reranker without a `{t}` token")))
+        };
+        let yes_no = (token("yes")?, token("no")?);
+        (setup.task, setup.info.task) = (Task::Rerank, Task::Rerank);
+        Some(yes_no)
+    } else {
+        None
+    };
     let vb = setup.vb.clone();
     let (encoder, backend) = encoder_of(&cfg, &setup, qwen3::root(vb))?;
-    setup.encoder_model(dir, encoder, backend, |_, _| {
-        Err(ModelError::Unsupported("a Qwen3 sequence classifier (Qwen3 loads as an embedder)".into()))
+    let h = cfg.hidden_size;
+    setup.encoder_model(dir, encoder, backend, |vb, labels| {
+        let out = match yes_no {
+            // The language-model head's "yes" row minus its "no" row (the input embeddings, where tied).
+            Some((yes, no)) => {
+                let lm = if vb.contains_tensor("lm_head.weight") {
+                    vb.pp("lm_head")
+                } else {
+                    qwen3::root(vb.clone()).pp("embed_tokens")
+                };
+                let table = lm.get((cfg.vocab_size, h), "weight").map_err(weights)?;
+                let row = |id: u32| table.get(id as usize).and_then(|r| r.to_vec1::<f32>()).map_err(weights);
+                let diff: Vec<f32> = row(yes)?.iter().zip(row(no)?).map(|(y, n)| y - n).collect();
+                HostLinear::from_rows(diff, h)
+            }
+            // Qwen3ForSequenceClassification's `score`, on the last token.
+            None => HostLinear::load_with(vb.pp("score"), h, labels, false).map_err(weights)?,
+        };
+        Ok(Head::Score { pooling: Pooling::LastToken, out })
     })
 }
 

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use crate::backend::Activation;
 use crate::error::ModelError;
 use crate::layers::decoder::DecoderSpec;
+use crate::tokenizer::PairTemplate;
 
 /// `Qwen3Config`; hub configs omit what equals the class defaults, so every field has them.
 #[derive(Debug, Clone, Deserialize)]
@@ -90,6 +91,19 @@ impl Qwen3Config {
             rope_theta: theta,
             embed_scale: None,
         })
+    }
+}
+
+/// Qwen3-Reranker's prompt, as its model card builds it (with `instruction`, or the card's default).
+pub fn reranker_template(instruction: Option<String>) -> PairTemplate {
+    PairTemplate {
+        prefix: "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the \
+                 Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+            .into(),
+        body: "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}".into(),
+        suffix: "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n".into(),
+        instruction: instruction
+            .unwrap_or_else(|| "Given a web search query, retrieve relevant passages that answer the query".into()),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use aleph_models::{load, Batch, LoadOptions};
+use aleph_models::{load, Batch, LoadOptions, ModelTask};
 use common::{backends, check_embedder, check_int8_close, fixtures, floats, max_diff, reference};
 
 #[test]
@@ -34,6 +34,59 @@ fn the_query_prompt_is_prepended_as_sentence_transformers_does() {
         for (i, (g, w)) in got.iter().zip(r["query_vectors"].as_array().unwrap()).enumerate() {
             let d = max_diff(g, &floats(w));
             assert!(d < 1e-4, "{name}, text {i}: {d}");
+        }
+    }
+}
+
+/// Qwen3-Reranker as its model card scores it (scripts/make_qwen3_reranker.py): with `--model-task rerank` a
+/// `Qwen3ForCausalLM` puts its prompt around each pair and answers the last token's "yes" logit minus its
+/// "no" (the score is its sigmoid, the card's softmax over the two), with the default instruction or another.
+#[test]
+fn a_causal_lm_reranks_as_qwen3_reranker_on_both_backends() {
+    let r = reference("qwen3-rerank");
+    let query = r["query"].as_str().unwrap();
+    let docs: Vec<&str> = r["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    let counts: Vec<u64> = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    let other = r["other_instruction"].as_str().map(String::from);
+    for (instruction, want, is_logit) in
+        [(None, floats(&r["logit_differences"]), true), (other, floats(&r["other_scores"]), false)]
+    {
+        for (backend, name) in backends() {
+            let opts = LoadOptions {
+                backend,
+                task: ModelTask::Rerank,
+                rerank_instruction: instruction.clone(),
+                ..Default::default()
+            };
+            let loaded = load(&fixtures().join("qwen3-rerank"), &opts).unwrap();
+            assert_eq!(loaded.info.task, aleph_models::Task::Rerank);
+            let mut batch = Batch::new();
+            for d in &docs {
+                let e = loaded.tokenizer.encode_pair(query, d).unwrap();
+                batch.push(&e.ids, &e.type_ids);
+            }
+            if instruction.is_none() {
+                let got: Vec<u64> = (0..batch.len()).map(|i| batch.seq_len(i) as u64).collect();
+                assert_eq!(got, counts, "token counts");
+            }
+            let logits: Vec<f32> = loaded.model.forward(&batch).unwrap().vectors.iter().map(|v| v[0]).collect();
+            let got: Vec<f32> =
+                if is_logit { logits } else { logits.iter().map(|x| 1.0 / (1.0 + (-x).exp())).collect() };
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-4, "{name} {instruction:?}: {got:?} vs {want:?}");
+        }
+    }
+}
+
+/// `--model-task` insists: a causal LM without it embeds; a task the checkpoint is not is refused, naming it.
+#[test]
+fn model_task_follows_or_refuses_the_checkpoint() {
+    let embeds = load(&fixtures().join("qwen3-rerank"), &LoadOptions::default()).unwrap();
+    assert_eq!(embeds.info.task, aleph_models::Task::Embed);
+    for (fixture, task) in [("qwen3-embed", ModelTask::Classify), ("bert-rerank", ModelTask::Embed)] {
+        match load(&fixtures().join(fixture), &LoadOptions { task, ..Default::default() }) {
+            Ok(_) => panic!("{fixture} loaded as {task:?}"),
+            Err(e) => assert!(e.to_string().contains(&format!("--model-task {}", task.name())), "{e}"),
         }
     }
 }

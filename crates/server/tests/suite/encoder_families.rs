@@ -233,6 +233,42 @@ fn qwen3_embeds_with_its_prompts_on_every_path() {
     }
 }
 
+/// Qwen3-Reranker over HTTP (scripts/make_qwen3_reranker.py): `--model-task rerank` on a causal LM; `/rerank`'s
+/// raw scores are the yes-minus-no logits, its scores the model card's probabilities; `--rerank-instruction`
+/// replaces the default instruction.
+#[test]
+fn qwen3_reranks_with_model_task_rerank_on_every_path() {
+    let (name, default): (_, Run) = ("qwen3-rerank", (&[], &[]));
+    let (model, r) = (tiny(name), reference(name));
+    let docs: Vec<&str> = r["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    let other = r["other_instruction"].as_str().unwrap();
+    let rerank = |s: &Server, raw: bool| -> Vec<f32> {
+        let body = json!({"model": format!("tiny/{name}"), "query": r["query"], "documents": docs, "raw_scores": raw});
+        let reply = s.post_json("/rerank", &body);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let mut by_index = vec![f32::NAN; docs.len()];
+        for x in reply.json()["results"].as_array().unwrap() {
+            by_index[x["index"].as_u64().unwrap() as usize] = x["relevance_score"].as_f64().unwrap() as f32;
+        }
+        by_index
+    };
+    let close = |got: &[f32], want: &[f32], what: &str| {
+        let d = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(d < 1e-4, "{what}: {got:?} vs {want:?}");
+    };
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", model.as_str(), "--model-task", "rerank", "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        close(&rerank(&s, true), &floats(&r["logit_differences"]), &format!("raw {flags:?} {env:?}"));
+        close(&rerank(&s, false), &floats(&r["scores"]), &format!("scores {flags:?} {env:?}"));
+        drop(s);
+        args.extend_from_slice(&["--rerank-instruction", other]);
+        let s = Server::start_with_env(&args, env);
+        close(&rerank(&s, false), &floats(&r["other_scores"]), &format!("instruction {flags:?} {env:?}"));
+    }
+}
+
 /// `/embeddings` of `tiny/{name}` equal its reference vectors within 1e-4.
 fn check_embeddings(s: &Server, name: &str, what: &str) {
     let r = reference(name);
