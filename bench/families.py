@@ -63,6 +63,10 @@ FAMILIES = {
                        moe_every_n_layers=2, moe_normalize_expert_weights=False, qkv_proj_bias=True,
                        mlp_fc1_bias=True, mlp_fc2_bias=True, causal=False, add_pooling_layer=False,
                        use_flash_attn=False, fused_bias_fc=False, fused_dropout_add_ln=False), "mean", "auto"),
+    "qwen3": ("Qwen3-Embedding-0.6B", "Qwen3Model", "Qwen3Config",
+              dict(vocab_size=151669, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), "last", "last-token"),
     "splade-bert": ("naver/splade-cocondenser-ensembledistil", "BertForMaskedLM", "BertConfig",
                     dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                          intermediate_size=3072), "splade", "splade"),
@@ -155,6 +159,10 @@ def pytorch(d, corpus, n, pooling, cls):
             if pooling == "splade":
                 logits = model(**b).logits
                 (torch.log1p(torch.relu(logits)) * mask).amax(dim=1)
+            elif pooling == "last":  # right padding: each sequence's last real token
+                h = model(**b).last_hidden_state
+                last = b["attention_mask"].sum(dim=1) - 1
+                torch.nn.functional.normalize(h[torch.arange(h.shape[0]), last], dim=-1)
             else:
                 h = model(**b).last_hidden_state
                 torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1)
