@@ -32,6 +32,8 @@ pub struct DecoderSpec {
     /// Per-head RMS norms on queries and keys (`self_attn.{q,k}_norm`: Qwen3, Gemma 3).
     pub qk_norm: bool,
     pub causal: bool,
+    /// Keys at most this many tokens behind the query (Mistral's sliding window).
+    pub window: Option<usize>,
     pub rope_theta: f64,
     /// Gemma multiplies its token embeddings by √hidden.
     pub embed_scale: Option<f32>,
@@ -45,7 +47,7 @@ impl DecoderSpec {
             head_dim: self.head_dim,
             scale: 1.0 / (self.head_dim as f32).sqrt(),
             causal: self.causal,
-            window: None,
+            window: self.window,
         }
     }
 
@@ -126,6 +128,15 @@ impl<O: Ops> TokenEncoder<O> for Decoder<O> {
         let mut x = self.embeddings.forward(o, batch)?;
         Decoder::forward(self, o, &mut x, &o.seqs(&batch.cu_seqlens)?, &positions(&batch.cu_seqlens, 0))?;
         Ok(x)
+    }
+}
+
+/// Where a decoder's tensors live: the root of a `*Model` checkpoint, `model.` in a `*ForCausalLM` one.
+pub fn root(vb: candle_nn::VarBuilder) -> candle_nn::VarBuilder {
+    if vb.contains_tensor("model.embed_tokens.weight") {
+        vb.pp("model")
+    } else {
+        vb
     }
 }
 

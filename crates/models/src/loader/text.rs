@@ -19,17 +19,18 @@ use crate::batch::{Batch, Output};
 use crate::encoder::{Encoder, OnBackend, TokenEncoder};
 use crate::error::{read_json, weights, ModelError};
 use crate::heads::{DenseLayer, Head, HostLinear, HostNorm, LexicalAndColbert, PostStep, Residual};
-use crate::layers::decoder::Decoder;
+use crate::layers::decoder::{self, Decoder, DecoderSpec};
 use crate::layers::Weights;
 use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
 use crate::models::deberta::{self, Deberta, DebertaConfig};
 use crate::models::gte::{self, Gte, GteConfig};
+use crate::models::llama::{self, LlamaConfig};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::models::qwen3::{self, Qwen3Config};
 use crate::models::splade::{Splade, SpladeModel};
 use crate::pooling::{Pooling, PoolingChoice};
 use crate::st_config::{DenseActivation, PostModule, SentenceTransformerConfig};
-use crate::tokenizer::{SpecialTokens, TextTokenizer};
+use crate::tokenizer::{PairTemplate, SpecialTokens, TextTokenizer};
 
 /// What every text encoder's loading starts from.
 struct Setup {
@@ -324,31 +325,65 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
 }
 
 /// Qwen3: embedders (Qwen3-Embedding: a `Qwen3ForCausalLM` or `Qwen3Model` checkpoint whose
-/// sentence-transformers files pool the last token) and, with `--model-task rerank`, a causal LM as an LLM
-/// reranker (Qwen3-Reranker: its prompt around each pair, the last token's "yes" logit minus its "no").
+/// sentence-transformers files pool the last token) and, with `--model-task rerank`, Qwen3-Reranker.
 pub(super) fn load_qwen3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: Qwen3Config = read_json(&dir.join("config.json"))?;
-    cfg.decoder()?;
-    let mut setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
+    let family = DecoderFamily { spec: cfg.decoder()?, name: "Qwen3", reranker: Some(qwen3::reranker_template) };
+    load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
+}
+
+/// Llama, Mistral and Qwen2 embedders (SFR-Embedding, e5-mistral-7b-instruct, gte-Qwen2-instruct).
+pub(super) fn load_llama(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let kind = llama::Family::from_model_type(&arch.model_type).ok_or_else(|| {
+        ModelError::Unsupported(format!("model_type `{}` is not a Llama-style decoder", arch.model_type))
+    })?;
+    let cfg = LlamaConfig::read(&dir.join("config.json"), kind)?;
+    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker: None };
+    load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
+}
+
+/// A decoder family and, where Aleph knows one, the prompt that makes its causal LM a reranker.
+struct DecoderFamily {
+    spec: DecoderSpec,
+    name: &'static str,
+    reranker: Option<fn(Option<String>) -> PairTemplate>,
+}
+
+/// A decoder as an embedder (its pooling from the sentence-transformers files) or, with `--model-task
+/// rerank` on a causal LM whose family has a reranker prompt, an LLM reranker: the prompt around each pair,
+/// the last token's "yes" logit minus its "no". A `*ForSequenceClassification` checkpoint's `score` reads the
+/// last token.
+fn load_decoder(
+    dir: &Path,
+    arch: &ArchConfig,
+    opts: &LoadOptions,
+    family: &DecoderFamily,
+    max_positions: usize,
+) -> Result<LoadedModel, ModelError> {
+    let mut setup = Setup::new(dir, arch, opts, max_positions, family.spec.hidden)?;
     let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
-    let yes_no = if opts.task == super::ModelTask::Rerank && causal_lm {
-        let instruction = opts.rerank_instruction.clone();
-        setup.tokenizer = setup.tokenizer.with_pair_template(qwen3::reranker_template(instruction))?;
-        let token = |t: &str| {
-            setup
-                .tokenizer
-                .token_id(t)
-                .ok_or_else(|| ModelError::Unsupported(format!("a reranker without a `{t}` token")))
-        };
-        let yes_no = (token("yes")?, token("no")?);
-        (setup.task, setup.info.task) = (Task::Rerank, Task::Rerank);
-        Some(yes_no)
-    } else {
-        None
+    let yes_no = match (family.reranker, opts.task == super::ModelTask::Rerank && causal_lm) {
+        (Some(template), true) => {
+            setup.tokenizer = setup.tokenizer.with_pair_template(template(opts.rerank_instruction.clone()))?;
+            let token = |t: &str| {
+                let id = setup.tokenizer.token_id(t);
+                id.ok_or_else(|| ModelError::Unsupported(format!("a reranker without a `{t}` token")))
+            };
+            let yes_no = (token("yes")?, token("no")?);
+            (setup.task, setup.info.task) = (Task::Rerank, Task::Rerank);
+            Some(yes_no)
+        }
+        (None, true) => {
+            return Err(ModelError::Unsupported(format!(
+            "--model-task rerank on a {} causal LM: Aleph has no reranker prompt for it (Qwen3-Reranker's is built in)",
+            family.name
+        )))
+        }
+        (_, false) => None,
     };
     let vb = setup.vb.clone();
-    let (encoder, backend) = encoder_of(&cfg, &setup, qwen3::root(vb))?;
-    let h = cfg.hidden_size;
+    let (encoder, backend) = encoder_of(family, &setup, decoder::root(vb))?;
+    let (h, vocab) = (family.spec.hidden, family.spec.vocab);
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
         let out = match yes_no {
             // The language-model head's "yes" row minus its "no" row (the input embeddings, where tied).
@@ -356,14 +391,13 @@ pub(super) fn load_qwen3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> R
                 let lm = if vb.contains_tensor("lm_head.weight") {
                     vb.pp("lm_head")
                 } else {
-                    qwen3::root(vb.clone()).pp("embed_tokens")
+                    decoder::root(vb.clone()).pp("embed_tokens")
                 };
-                let table = lm.get((cfg.vocab_size, h), "weight").map_err(weights)?;
+                let table = lm.get((vocab, h), "weight").map_err(weights)?;
                 let row = |id: u32| table.get(id as usize).and_then(|r| r.to_vec1::<f32>()).map_err(weights);
                 let diff: Vec<f32> = row(yes)?.iter().zip(row(no)?).map(|(y, n)| y - n).collect();
                 HostLinear::from_rows(diff, h)
             }
-            // Qwen3ForSequenceClassification's `score`, on the last token.
             None => HostLinear::load_with(vb.pp("score"), h, labels, false).map_err(weights)?,
         };
         Ok(Head::Score { pooling: Pooling::LastToken, out })
@@ -399,10 +433,10 @@ impl TextFamily for DebertaConfig {
     }
 }
 
-impl TextFamily for Qwen3Config {
+impl TextFamily for DecoderFamily {
     type Model<O: Ops> = Decoder<O>;
     fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Decoder<O>, ModelError> {
-        Decoder::load(w, &self.decoder()?, "Qwen3")
+        Decoder::load(w, &self.spec, self.name)
     }
 }
 

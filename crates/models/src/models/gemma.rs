@@ -94,6 +94,7 @@ impl GemmaConfig {
             qk_norm: false,
             norm_plus_one: true,
             causal,
+            window: None,
             rope_theta: self.theta()?,
             embed_scale: Some((h as f32).sqrt()),
         })

@@ -11,6 +11,7 @@ pub mod deberta;
 pub mod gemma;
 pub mod gte;
 pub mod htsat;
+pub mod llama;
 pub mod modernbert;
 pub mod qwen2_vl;
 pub mod qwen3;

@@ -266,6 +266,7 @@ impl TextConfig {
             qk_norm: false,
             norm_plus_one: false,
             causal: true,
+            window: None,
             rope_theta: self.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(1e6),
             embed_scale: None,
         })

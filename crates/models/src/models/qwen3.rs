@@ -2,7 +2,6 @@
 //! Llama-style decoder (`layers::decoder`) with per-head RMS norms on queries and keys, causal attention,
 //! rotary positions; the sentence-transformers files pool the last token and normalize.
 
-use candle_nn::VarBuilder;
 use serde::Deserialize;
 
 use crate::backend::Activation;
@@ -88,6 +87,7 @@ impl Qwen3Config {
             norm_plus_one: false,
             qk_norm: true,
             causal: true,
+            window: None,
             rope_theta: theta,
             embed_scale: None,
         })
@@ -104,15 +104,6 @@ pub fn reranker_template(instruction: Option<String>) -> PairTemplate {
         suffix: "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n".into(),
         instruction: instruction
             .unwrap_or_else(|| "Given a web search query, retrieve relevant passages that answer the query".into()),
-    }
-}
-
-/// Where the decoder's tensors live: the root of a `Qwen3Model`, `model.` in a `Qwen3ForCausalLM`.
-pub fn root(vb: VarBuilder) -> VarBuilder {
-    if vb.contains_tensor("model.embed_tokens.weight") {
-        vb.pp("model")
-    } else {
-        vb
     }
 }
 

@@ -11,6 +11,7 @@ mod deberta_reference;
 mod distilbert_reference;
 mod gte_reference;
 mod jina_reference;
+mod llama_reference;
 mod minimized_configs;
 mod modernbert_reference;
 mod mpnet_reference;

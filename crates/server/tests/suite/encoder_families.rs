@@ -233,6 +233,22 @@ fn qwen3_embeds_with_its_prompts_on_every_path() {
     }
 }
 
+/// The Llama-style LLM embedders (scripts/make_llama_family.py: Mistral's sliding window, Qwen2's biases, Llama)
+/// served together, on every path.
+#[test]
+fn llama_style_embedders_serve_on_every_path() {
+    let default: Run = (&[], &[]);
+    let names = ["mistral-embed", "qwen2-embed", "llama-embed"];
+    let models: Vec<String> = names.iter().map(|n| tiny(n)).collect();
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args: Vec<&str> = models.iter().flat_map(|m| ["--model-id", m.as_str()]).collect();
+        args.push("--no-model-warmup");
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        names.iter().for_each(|n| check_embeddings(&s, n, &format!("{flags:?} {env:?}")));
+    }
+}
+
 /// Qwen3-Reranker over HTTP (scripts/make_qwen3_reranker.py): `--model-task rerank` on a causal LM; `/rerank`'s
 /// raw scores are the yes-minus-no logits, its scores the model card's probabilities; `--rerank-instruction`
 /// replaces the default instruction.

@@ -1,0 +1,162 @@
+//! The Llama-style decoders causal LLM embedders are built on, as one config reader over `layers::decoder`:
+//! Llama (`llama`), Mistral (`mistral`: e5-mistral-7b-instruct, SFR-Embedding-Mistral; every layer attends
+//! within a sliding window) and Qwen2 (`qwen2`; biases on q, k and v). They differ in defaults, biases and
+//! windows only; the sentence-transformers files pool the last token. Checkpoints that ship their own
+//! modeling code (bidirectional variants) are refused by the loader's remote-code check.
+
+use serde::Deserialize;
+
+use crate::backend::Activation;
+use crate::error::ModelError;
+use crate::layers::decoder::DecoderSpec;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Llama,
+    Mistral,
+    Qwen2,
+}
+
+impl Family {
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        match model_type {
+            "llama" => Some(Family::Llama),
+            "mistral" => Some(Family::Mistral),
+            "qwen2" => Some(Family::Qwen2),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Llama => "Llama",
+            Family::Mistral => "Mistral",
+            Family::Qwen2 => "Qwen2",
+        }
+    }
+}
+
+/// `config.json` as written; what it omits is the class default of its family (see [`LlamaConfig::read`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+struct File {
+    vocab_size: Option<usize>,
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    hidden_act: Option<String>,
+    max_position_embeddings: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f64>,
+    rope_parameters: Option<serde_json::Value>,
+    rope_scaling: Option<serde_json::Value>,
+    /// Mistral's (4096 by default, on every layer; `null` for none) and Qwen2's (with `use_sliding_window`).
+    #[serde(default, deserialize_with = "present")]
+    sliding_window: Option<Option<usize>>,
+    use_sliding_window: Option<bool>,
+    attention_bias: Option<bool>,
+    mlp_bias: Option<bool>,
+}
+
+/// Tells an omitted `sliding_window` (`None`: the class default) from an explicit `null` (`Some(None)`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<usize>>, D::Error> {
+    Option::<usize>::deserialize(d).map(Some)
+}
+
+/// A resolved config: the decoder and its longest input.
+#[derive(Debug, Clone)]
+pub struct LlamaConfig {
+    pub family: Family,
+    pub spec: DecoderSpec,
+    pub max_position_embeddings: usize,
+}
+
+impl LlamaConfig {
+    /// Reads `config.json` of `family`, refusing what Aleph does not run (naming the field).
+    pub fn read(path: &std::path::Path, family: Family) -> Result<Self, ModelError> {
+        let f: File = crate::error::read_json(path)?;
+        Self::from_file(f, family)
+    }
+
+    fn from_file(f: File, family: Family) -> Result<Self, ModelError> {
+        let name = family.name();
+        let unsupported = |what: String| Err(ModelError::Unsupported(format!("{name} {what}")));
+        // (vocab, hidden, intermediate, kv heads, max positions) as each class's __init__ has them.
+        let (vocab, hidden, inter, kv, positions) = match family {
+            Family::Llama => (32_000, 4096, 11_008, None, 2048),
+            Family::Mistral => (32_000, 4096, 14_336, Some(8), 4096 * 32),
+            Family::Qwen2 => (151_936, 4096, 22_016, Some(32), 32_768),
+        };
+        let heads = f.num_attention_heads.unwrap_or(32);
+        let hidden = f.hidden_size.unwrap_or(hidden);
+        if f.attention_bias == Some(true) || f.mlp_bias == Some(true) {
+            return unsupported("with attention_bias or mlp_bias (biases on the output and MLP projections)".into());
+        }
+        let window = match family {
+            Family::Mistral => f.sliding_window.unwrap_or(Some(4096)),
+            // Qwen2 windows only its layers past max_window_layers, and only with use_sliding_window.
+            Family::Qwen2 if f.use_sliding_window == Some(true) => {
+                return unsupported("use_sliding_window (windows on the upper layers only)".into())
+            }
+            _ => None,
+        };
+        let mut theta = f.rope_theta.unwrap_or(10_000.0);
+        for rope in [&f.rope_parameters, &f.rope_scaling].into_iter().flatten().filter(|v| !v.is_null()) {
+            let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(|t| t.as_str());
+            if kind.is_some_and(|k| k != "default") {
+                return unsupported(format!("rope type `{rope}` (only the default rotary embedding)"));
+            }
+            theta = rope.get("rope_theta").and_then(|t| t.as_f64()).unwrap_or(theta);
+        }
+        let spec = DecoderSpec {
+            vocab: f.vocab_size.unwrap_or(vocab),
+            hidden,
+            intermediate: f.intermediate_size.unwrap_or(inter),
+            layers: f.num_hidden_layers.unwrap_or(32),
+            heads,
+            kv_heads: f.num_key_value_heads.or(kv).unwrap_or(heads),
+            head_dim: f.head_dim.unwrap_or(hidden / heads.max(1)),
+            act: Activation::parse(f.hidden_act.as_deref().unwrap_or("silu"))?,
+            qkv_bias: family == Family::Qwen2,
+            eps: f.rms_norm_eps.unwrap_or(1e-6),
+            norm_plus_one: false,
+            qk_norm: false,
+            causal: true,
+            // transformers' sliding mask keeps keys `j > i − window`: `window − 1` tokens behind.
+            window: window.map(|w| w.saturating_sub(1)),
+            rope_theta: theta,
+            embed_scale: None,
+        };
+        Ok(LlamaConfig { family, spec, max_position_embeddings: f.max_position_embeddings.unwrap_or(positions) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(json: &str, family: Family) -> Result<LlamaConfig, ModelError> {
+        LlamaConfig::from_file(serde_json::from_str(json).unwrap(), family)
+    }
+
+    #[test]
+    fn defaults_are_each_classes_and_refusals_name_the_field() {
+        let m = read("{}", Family::Mistral).unwrap();
+        assert_eq!((m.spec.kv_heads, m.spec.window, m.spec.qkv_bias), (8, Some(4095), false));
+        assert_eq!(read(r#"{"sliding_window": null}"#, Family::Mistral).unwrap().spec.window, None);
+        let q = read(r#"{"rope_theta": 1000000.0}"#, Family::Qwen2).unwrap();
+        assert_eq!((q.spec.kv_heads, q.spec.qkv_bias, q.spec.rope_theta, q.spec.window), (32, true, 1e6, None));
+        let l = read(r#"{"num_attention_heads": 8, "hidden_size": 64}"#, Family::Llama).unwrap();
+        assert_eq!((l.spec.kv_heads, l.spec.head_dim, l.max_position_embeddings), (8, 8, 2048));
+        for (json, family, what) in [
+            (r#"{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}"#, Family::Llama, "rope type"),
+            (r#"{"attention_bias": true}"#, Family::Llama, "attention_bias"),
+            (r#"{"use_sliding_window": true}"#, Family::Qwen2, "use_sliding_window"),
+        ] {
+            let e = read(json, family).unwrap_err().to_string();
+            assert!(e.contains(what), "{json}: {e}");
+        }
+    }
+}
