@@ -15,7 +15,8 @@ as Qwen3's does not.
 
 Writes qwen3-rerank (untied lm_head, as the 4B and 8B rerankers; 0.6B ties it) with reference.json: query,
 documents, the default instruction's scores and logit differences (yes − no), a second instruction's scores, and
-token counts.
+token counts; and qwen3-seqcls, a `Qwen3ForSequenceClassification` with one label (the form converted
+Qwen3-Reranker checkpoints take: a `score` row on the last token), with its logits for the same prompts.
 """
 import json
 import sys
@@ -38,11 +39,15 @@ def format_instruction(instruction, query, doc):
     return f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"
 
 
-@torch.no_grad()
-def scores(model, tok, instruction, query, docs):
+def prompts(tok, instruction, query, docs):
     prefix, suffix = tok.encode(PREFIX, add_special_tokens=False), tok.encode(SUFFIX, add_special_tokens=False)
     pairs = [format_instruction(instruction, query, d) for d in docs]
-    ids = [prefix + tok(p, add_special_tokens=True)["input_ids"] + suffix for p in pairs]
+    return [prefix + tok(p, add_special_tokens=True)["input_ids"] + suffix for p in pairs]
+
+
+@torch.no_grad()
+def scores(model, tok, instruction, query, docs):
+    ids = prompts(tok, instruction, query, docs)
     yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
     out, diffs = [], []
     for seq in ids:  # one at a time: no padding to reason about
@@ -85,6 +90,23 @@ def main():
         ensure_ascii=False, indent=1))
     size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
     print(f"qwen3-rerank: {size / 1024:.0f} KiB, scores {s}")
+
+    from transformers import Qwen3ForSequenceClassification
+
+    torch.manual_seed(SEED + 92)
+    cfg.num_labels, cfg.pad_token_id = 1, tok.pad_token_id
+    cls = Qwen3ForSequenceClassification(cfg).eval()
+    with torch.no_grad():
+        for name, p in cls.named_parameters():
+            if "norm" in name:
+                torch.nn.init.normal_(p, mean=1.0, std=0.3)
+        logits = [cls(input_ids=torch.tensor([seq])).logits[0].tolist()
+                  for seq in prompts(tok, DEFAULT_INSTRUCTION, QUERY, docs)]
+    d = out_root / "qwen3-seqcls"
+    save(cls, tok, d)
+    (d / "reference.json").write_text(json.dumps({"query": QUERY, "documents": docs, "logits": logits,
+                                                  "token_counts": lengths}, ensure_ascii=False, indent=1))
+    print(f"qwen3-seqcls: logits {logits}")
 
 
 if __name__ == "__main__":

@@ -131,6 +131,19 @@ pub struct PairTemplate {
 }
 
 impl PairTemplate {
+    /// A template file (`--rerank-template FILE`): its whole text is the body, tokenized as one.
+    pub fn from_file(path: &Path, instruction: String) -> Result<Self, ModelError> {
+        let body = std::fs::read_to_string(path)
+            .map_err(|e| ModelError::BadFile { path: path.to_path_buf(), reason: e.to_string() })?;
+        if !body.contains("{query}") || !body.contains("{document}") {
+            return Err(ModelError::BadFile {
+                path: path.to_path_buf(),
+                reason: "a rerank template needs both {query} and {document}".into(),
+            });
+        }
+        Ok(PairTemplate { prefix: String::new(), body, suffix: String::new(), instruction })
+    }
+
     /// The body with its placeholders filled in one pass (a query holding `{document}` stays as written).
     fn fill(&self, query: &str, document: &str) -> String {
         let (mut out, mut rest) = (String::new(), self.body.as_str());

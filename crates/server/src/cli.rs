@@ -3,7 +3,7 @@
 //! the environment; one value applies to every model.
 
 use aleph_models::quantize::EmbeddingDtype;
-use aleph_models::{DType, Device, ModelTask, PoolingChoice};
+use aleph_models::{DType, Device, ModelTask, PoolingChoice, RerankTemplate};
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 pub const DEFAULT_MODEL: &str = "sentence-transformers/all-MiniLM-L6-v2";
@@ -183,6 +183,12 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_MODEL_TASK", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub model_task: Vec<String>,
 
+    /// How a decoder reranker puts each pair into its prompt: auto (the family's own: Qwen3-Reranker's for
+    /// qwen3, causal LMs and converted `Qwen3ForSequenceClassification` checkpoints alike), none (the
+    /// tokenizer's pair encoding), or a file whose text has `{instruction}`, `{query}` and `{document}`.
+    #[arg(long, env = "ALEPH_RERANK_TEMPLATE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
+    pub rerank_template: Vec<String>,
+
     /// An LLM reranker's instruction (its prompt's `<Instruct>`), in place of the model card's default.
     #[arg(long, env = "ALEPH_RERANK_INSTRUCTION", value_delimiter = ';', help_heading = "Models")]
     pub rerank_instruction: Vec<String>,
@@ -336,6 +342,7 @@ pub struct ModelSpec {
     pub trust_remote_code: bool,
     pub task: ModelTask,
     pub rerank_instruction: Option<String>,
+    pub rerank_template: RerankTemplate,
     pub vector_disk_cache: bool,
     /// `--default-prompt-name`, checked against the model's prompts at load.
     pub default_prompt_name: Option<String>,
@@ -377,6 +384,7 @@ impl ServeArgs {
         let prompts = per_model("--default-prompt-name", &self.default_prompt_name, n)?;
         let tasks: Vec<ModelTask> = parsed("--model-task", &self.model_task, n, "auto")?;
         let instructions = per_model("--rerank-instruction", &self.rerank_instruction, n)?;
+        let templates: Vec<RerankTemplate> = parsed("--rerank-template", &self.rerank_template, n, "auto")?;
         let truncate_dim: Vec<Dimensions> = parsed("--truncate-dim", &self.truncate_dim, n, "0")?;
         let mut specs = Vec::with_capacity(n);
         for (i, id) in ids.iter().enumerate() {
@@ -399,6 +407,7 @@ impl ServeArgs {
                 trust_remote_code: trust[i],
                 task: tasks[i],
                 rerank_instruction: instructions[i].clone().filter(|s| !s.is_empty()),
+                rerank_template: templates[i].clone(),
                 vector_disk_cache: cache[i],
                 default_prompt_name: prompts[i].clone().filter(|p| !p.is_empty()),
                 truncate_dim: truncate_dim[i].0,

@@ -140,6 +140,7 @@ fn load_model(
         trust_remote_code: spec.trust_remote_code,
         task: spec.task,
         rerank_instruction: spec.rerank_instruction.clone(),
+        rerank_template: spec.rerank_template.clone(),
     };
     let on_gpus = !spec.device_ids.is_empty()
         && (matches!(spec.device, Device::Cuda(_)) || (spec.device == Device::Auto && aleph_models::gpu_available()));

@@ -277,6 +277,31 @@ impl FromStr for ModelTask {
     }
 }
 
+/// `--rerank-template`: how a decoder reranker puts each (query, document) pair into one prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RerankTemplate {
+    /// The family's own (Qwen3-Reranker's for Qwen3), where it has one.
+    #[default]
+    Auto,
+    /// The tokenizer's pair encoding, no prompt.
+    None,
+    /// A file whose text has `{instruction}`, `{query}` and `{document}` placeholders, tokenized whole.
+    File(std::path::PathBuf),
+}
+
+impl FromStr for RerankTemplate {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(RerankTemplate::Auto),
+            "none" => Ok(RerankTemplate::None),
+            "" => Err("an empty rerank template (expected auto, none or a file)".into()),
+            path => Ok(RerankTemplate::File(path.into())),
+        }
+    }
+}
+
 /// What computes a loaded model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compute {
@@ -330,6 +355,8 @@ pub struct LoadOptions {
     pub task: ModelTask,
     /// `--rerank-instruction`: an LLM reranker's instruction in place of its default.
     pub rerank_instruction: Option<String>,
+    /// `--rerank-template`.
+    pub rerank_template: RerankTemplate,
 }
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.

@@ -9,7 +9,7 @@ use candle_nn::VarBuilder;
 use super::checkpoint::Checkpoint;
 use super::{
     backend_for, calibrate, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel,
-    Model, ModelInfo, Task,
+    Model, ModelInfo, RerankTemplate, Task,
 };
 use crate::backend::candle::Candle;
 use crate::backend::cpu::Cpu;
@@ -362,24 +362,38 @@ fn load_decoder(
 ) -> Result<LoadedModel, ModelError> {
     let mut setup = Setup::new(dir, arch, opts, max_positions, family.spec.hidden)?;
     let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
-    let yes_no = match (family.reranker, opts.task == super::ModelTask::Rerank && causal_lm) {
-        (Some(template), true) => {
-            setup.tokenizer = setup.tokenizer.with_pair_template(template(opts.rerank_instruction.clone()))?;
-            let token = |t: &str| {
-                let id = setup.tokenizer.token_id(t);
-                id.ok_or_else(|| ModelError::Unsupported(format!("a reranker without a `{t}` token")))
-            };
-            let yes_no = (token("yes")?, token("no")?);
-            (setup.task, setup.info.task) = (Task::Rerank, Task::Rerank);
-            Some(yes_no)
+    let lm_reranks = opts.task == super::ModelTask::Rerank && causal_lm;
+    if lm_reranks || setup.task == Task::Rerank {
+        let instruction = opts.rerank_instruction.clone();
+        let template = match &opts.rerank_template {
+            RerankTemplate::Auto => family.reranker.map(|t| t(instruction)),
+            RerankTemplate::None => None,
+            RerankTemplate::File(path) => {
+                Some(PairTemplate::from_file(path, instruction.unwrap_or_else(|| qwen3::DEFAULT_INSTRUCTION.into()))?)
+            }
+        };
+        match template {
+            Some(t) => setup.tokenizer = setup.tokenizer.with_pair_template(t)?,
+            None if lm_reranks => {
+                return Err(ModelError::Unsupported(format!(
+                    "--model-task rerank on a {} causal LM needs a prompt: Aleph knows Qwen3-Reranker's \
+                     (--rerank-template auto on a qwen3 model), or give one with --rerank-template FILE",
+                    family.name
+                )))
+            }
+            None => {}
         }
-        (None, true) => {
-            return Err(ModelError::Unsupported(format!(
-            "--model-task rerank on a {} causal LM: Aleph has no reranker prompt for it (Qwen3-Reranker's is built in)",
-            family.name
-        )))
-        }
-        (_, false) => None,
+    }
+    let yes_no = if lm_reranks {
+        let token = |t: &str| {
+            let id = setup.tokenizer.token_id(t);
+            id.ok_or_else(|| ModelError::Unsupported(format!("a reranker without a `{t}` token")))
+        };
+        let yes_no = (token("yes")?, token("no")?);
+        (setup.task, setup.info.task) = (Task::Rerank, Task::Rerank);
+        Some(yes_no)
+    } else {
+        None
     };
     let vb = setup.vb.clone();
     let (encoder, backend) = encoder_of(family, &setup, decoder::root(vb))?;

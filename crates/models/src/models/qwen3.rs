@@ -94,6 +94,9 @@ impl Qwen3Config {
     }
 }
 
+/// Qwen3-Reranker's default instruction (also a template file's, where `--rerank-instruction` gives none).
+pub const DEFAULT_INSTRUCTION: &str = "Given a web search query, retrieve relevant passages that answer the query";
+
 /// Qwen3-Reranker's prompt, as its model card builds it (with `instruction`, or the card's default).
 pub fn reranker_template(instruction: Option<String>) -> PairTemplate {
     PairTemplate {
@@ -102,8 +105,7 @@ pub fn reranker_template(instruction: Option<String>) -> PairTemplate {
             .into(),
         body: "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}".into(),
         suffix: "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n".into(),
-        instruction: instruction
-            .unwrap_or_else(|| "Given a web search query, retrieve relevant passages that answer the query".into()),
+        instruction: instruction.unwrap_or_else(|| DEFAULT_INSTRUCTION.into()),
     }
 }
 

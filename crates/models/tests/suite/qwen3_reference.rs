@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use aleph_models::{load, Batch, LoadOptions, ModelTask};
+use aleph_models::{load, Batch, LoadOptions, ModelTask, RerankTemplate};
 use common::{backends, check_embedder, check_int8_close, fixtures, floats, max_diff, reference};
 
 #[test]
@@ -89,4 +89,49 @@ fn model_task_follows_or_refuses_the_checkpoint() {
             Err(e) => assert!(e.to_string().contains(&format!("--model-task {}", task.name())), "{e}"),
         }
     }
+}
+
+/// A converted reranker (`Qwen3ForSequenceClassification`, one label) reranks through Qwen3-Reranker's prompt
+/// by default (`--rerank-template auto`), its `score` row on the last token; `none` leaves the tokenizer's
+/// pair encoding; a template file is filled and tokenized whole, and one without `{document}` is refused.
+#[test]
+fn a_qwen3_sequence_classifier_reranks_through_the_template() {
+    let r = reference("qwen3-seqcls");
+    let query = r["query"].as_str().unwrap();
+    let docs: Vec<&str> = r["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    let want: Vec<f32> = r["logits"].as_array().unwrap().iter().map(|l| l[0].as_f64().unwrap() as f32).collect();
+    let counts: Vec<u64> = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    let dir = fixtures().join("qwen3-seqcls");
+    let lengths = |m: &aleph_models::LoadedModel| -> Vec<u64> {
+        docs.iter().map(|d| m.tokenizer.encode_pair(query, d).unwrap().ids.len() as u64).collect()
+    };
+    for (backend, name) in backends() {
+        let loaded = load(&dir, &LoadOptions { backend, ..Default::default() }).unwrap();
+        assert_eq!(loaded.info.task, aleph_models::Task::Rerank);
+        assert_eq!(lengths(&loaded), counts);
+        let mut batch = Batch::new();
+        for d in &docs {
+            let e = loaded.tokenizer.encode_pair(query, d).unwrap();
+            batch.push(&e.ids, &e.type_ids);
+        }
+        let got: Vec<f32> = loaded.model.forward(&batch).unwrap().vectors.iter().map(|v| v[0]).collect();
+        assert!(max_diff(&got, &want) < 1e-4, "{name}: {got:?} vs {want:?}");
+    }
+    let none = load(&dir, &LoadOptions { rerank_template: RerankTemplate::None, ..Default::default() }).unwrap();
+    assert!(lengths(&none).iter().zip(&counts).all(|(a, b)| a < b), "no prompt around the pairs");
+    let file = std::env::temp_dir().join(format!("aleph-template-{}.txt", std::process::id()));
+    std::fs::write(&file, "{instruction}|{query}|{document}").unwrap();
+    let opts = LoadOptions { rerank_template: RerankTemplate::File(file.clone()), ..Default::default() };
+    let templated = load(&dir, &opts).unwrap();
+    let filled = format!("{}|{query}|{}", aleph_models::models::qwen3::DEFAULT_INSTRUCTION, docs[0]);
+    assert_eq!(
+        templated.tokenizer.encode_pair(query, docs[0]).unwrap().ids,
+        templated.tokenizer.encode(&filled).unwrap().ids
+    );
+    std::fs::write(&file, "{query} only").unwrap();
+    match load(&dir, &opts) {
+        Ok(_) => panic!("a template without {{document}} loaded"),
+        Err(e) => assert!(e.to_string().contains("{document}"), "{e}"),
+    }
+    let _ = std::fs::remove_file(&file);
 }
