@@ -431,7 +431,29 @@ fn head_norms<O: Ops>(o: &O, name: &str) {
     close(&o.host(&x).unwrap(), &want, 1e-5, &format!("{name} head norms"));
 }
 
+/// Sequences longer than the CPU kernels' query block (256 rows), so queries run a block at a time: each
+/// masking kind, and a relative bias.
+fn long_sequences<O: Ops>(o: &O, name: &str) {
+    let cu = [0usize, 600, 900];
+    let seqs = o.seqs(&cu).unwrap();
+    let base = AttentionSpec { heads: 2, kv_heads: 1, head_dim: 4, scale: 0.5, causal: false, window: None };
+    let specs = [base, AttentionSpec { causal: true, ..base }, base.windowed(Some(50))];
+    let qkv = values(900 * base.qkv_width(), 31);
+    let x = o.upload(900, base.qkv_width(), qkv.clone()).unwrap();
+    let mut y = o.empty().unwrap();
+    for spec in specs {
+        o.attention(&x, &seqs, &spec, ScoreBias::None, &mut y).unwrap();
+        close(&o.host(&y).unwrap(), &naive_attention(&qkv, &cu, &spec), 1e-5, &format!("{name} long {spec:?}"));
+    }
+    let span = 600;
+    let table = values(base.heads * (2 * span - 1), 32);
+    o.attention(&x, &seqs, &base, ScoreBias::Relative(RelativeBias { table: &table, span }), &mut y).unwrap();
+    let want = naive_biased(&qkv, &cu, &base, Some((&table, span)));
+    close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} long, relative bias"));
+}
+
 fn conforms<O: Ops>(o: &O, name: &str) {
+    long_sequences(o, name);
     head_norms(o, name);
     windows(o, name);
     linear_and_norm(o, name);

@@ -128,6 +128,9 @@ pub(crate) fn layer_norm_rows(isa: Isa, x: &mut [f32], gamma: &[f32], beta: &[f3
     }
 }
 
+/// Query rows whose scores one attention task holds at once: `QUERY_BLOCK × n` floats per thread.
+const QUERY_BLOCK: usize = 256;
+
 /// Self-attention for every (sequence, query head) of a packed batch:
 /// `ctx[t, head] = softmax(scale · q kᵀ) v`. `qkv` holds each token's query heads, key heads and value
 /// heads side by side (see [`AttentionSpec`]); `ctx` is `[tokens, heads · head_dim]`.
@@ -158,35 +161,43 @@ pub(crate) fn attention(
             let q = MatRef { data: &qkv[row0 + head * hd..], rows: n, cols: hd, ld };
             let k = MatRef { data: &qkv[row0 + (heads + kv) * hd..], rows: n, cols: hd, ld };
             keys.repack(hd, n, k.data, 1, ld);
-            scores.clear();
-            scores.resize(n * n, 0.0);
-            gemm(q, keys, scores, n, Epilogue::None, false);
-            if let ScoreBias::Disentangled(d) = bias {
-                add_disentangled(&d, q, k, head * hd, width, scores, positions, terms);
-            }
-            for (i, row) in scores.chunks_mut(n).enumerate() {
-                let (lo, hi) = spec.visible(i, n);
-                let seen = &mut row[lo..hi];
-                match bias {
-                    ScoreBias::None | ScoreBias::Disentangled(_) => ops::softmax(isa, seen, scale),
-                    ScoreBias::Relative(RelativeBias { table, span }) => {
-                        // Offset j − i of column j is at column j − i + span − 1 of the head's table.
-                        let t = &table[head * (2 * span - 1) + span - 1 + lo - i..][..hi - lo];
-                        seen.iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
-                        ops::softmax(isa, seen, 1.0);
-                    }
-                }
-                row[..lo].fill(0.0);
-                row[hi..].fill(0.0);
-            }
             values.repack(n, hd, &qkv[row0 + (heads + kv_heads + kv) * hd..], ld, 1);
-            let p = MatRef { data: scores, rows: n, cols: n, ld: n };
-            // The task's block (rows r0..r0+n, columns head·hd..(head+1)·hd) interleaves with other
-            // heads' blocks, so it is written through the raw handle: no `&mut` slice spans them.
-            let dst = Out { ptr: out.at(r0 * width + head * hd), ld: width };
-            // SAFETY: the block lies inside ctx (asserted above: every row < total tokens, every column
-            // < width), and this (sequence, head) task is the only one touching it.
-            unsafe { gemm_raw(p, values, dst, Epilogue::None, false) };
+            // Query rows a block at a time, so a long sequence never holds `n × n` scores (DeBERTa adds its
+            // position terms over the whole square; its inputs are short).
+            let block = if matches!(bias, ScoreBias::Disentangled(_)) { n } else { QUERY_BLOCK.min(n) };
+            for b0 in (0..n).step_by(block) {
+                let rows = block.min(n - b0);
+                let qb = MatRef { data: &qkv[row0 + b0 * ld + head * hd..], rows, cols: hd, ld };
+                scores.clear();
+                scores.resize(rows * n, 0.0);
+                gemm(qb, keys, scores, n, Epilogue::None, false);
+                if let ScoreBias::Disentangled(d) = bias {
+                    add_disentangled(&d, q, k, head * hd, width, scores, positions, terms);
+                }
+                for (r, row) in scores.chunks_mut(n).enumerate() {
+                    let i = b0 + r;
+                    let (lo, hi) = spec.visible(i, n);
+                    let seen = &mut row[lo..hi];
+                    match bias {
+                        ScoreBias::None | ScoreBias::Disentangled(_) => ops::softmax(isa, seen, scale),
+                        ScoreBias::Relative(RelativeBias { table, span }) => {
+                            // Offset j − i of column j is at column j − i + span − 1 of the head's table.
+                            let t = &table[head * (2 * span - 1) + span - 1 + lo - i..][..hi - lo];
+                            seen.iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
+                            ops::softmax(isa, seen, 1.0);
+                        }
+                    }
+                    row[..lo].fill(0.0);
+                    row[hi..].fill(0.0);
+                }
+                let p = MatRef { data: scores, rows, cols: n, ld: n };
+                // The task's block (rows r0+b0.., columns head·hd..(head+1)·hd) interleaves with other
+                // heads' blocks, so it is written through the raw handle: no `&mut` slice spans them.
+                let dst = Out { ptr: out.at((r0 + b0) * width + head * hd), ld: width };
+                // SAFETY: the block lies inside ctx (asserted above: every row < total tokens, every column
+                // < width), and this (sequence, head) task is the only one touching it.
+                unsafe { gemm_raw(p, values, dst, Epilogue::None, false) };
+            }
         });
     };
     let seqs = cu_seqlens.len().saturating_sub(1);
