@@ -144,6 +144,11 @@ impl VectorCache {
                 field(2, a.as_bytes());
                 field(2, b.as_bytes());
             }
+            Input::InstructedPair { query, document, instruction } => {
+                field(6, query.as_bytes());
+                field(6, document.as_bytes());
+                field(6, instruction.as_bytes());
+            }
             Input::Ids(ids) => {
                 let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
                 field(3, &bytes);

@@ -56,6 +56,12 @@ pub struct HandleConfig {
 pub enum Input {
     Text(String),
     Pair(String, String),
+    /// A (query, document) pair for an LLM reranker, with the request's own instruction for its prompt.
+    InstructedPair {
+        query: String,
+        document: String,
+        instruction: String,
+    },
     /// Token ids of the model's own vocabulary, used as given (no special tokens are added).
     Ids(Vec<u32>),
     Image(Vec<u8>),
@@ -404,6 +410,10 @@ impl ModelHandle {
                             .map(|e| Prepared::Tokens(e, opts.output))
                             .map_err(tokenization),
                         Input::Pair(a, b) => tok.encode_pair(&a, &b).map(Prepared::from).map_err(tokenization),
+                        Input::InstructedPair { query, document, instruction } => tok
+                            .encode_instructed_pair(&query, &document, &instruction)
+                            .map(Prepared::from)
+                            .map_err(tokenization),
                         Input::Ids(ids) => tok
                             .from_ids(&ids, opts.truncation)
                             .map(|e| Prepared::Tokens(e, opts.output))

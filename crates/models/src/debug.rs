@@ -45,6 +45,7 @@ pub fn load_debug() -> LoadedModel {
             sparse_output: false,
             colbert_dim: None,
             prompts: Default::default(),
+            takes_instruction: false,
         },
     }
 }

@@ -145,12 +145,12 @@ impl PairTemplate {
     }
 
     /// The body with its placeholders filled in one pass (a query holding `{document}` stays as written).
-    fn fill(&self, query: &str, document: &str) -> String {
+    fn fill(&self, query: &str, document: &str, instruction: &str) -> String {
         let (mut out, mut rest) = (String::new(), self.body.as_str());
         while let Some(at) = rest.find('{') {
             out.push_str(&rest[..at]);
             let tail = &rest[at..];
-            let fields = [("{instruction}", self.instruction.as_str()), ("{query}", query), ("{document}", document)];
+            let fields = [("{instruction}", instruction), ("{query}", query), ("{document}", document)];
             match fields.iter().find(|(name, _)| tail.starts_with(name)) {
                 Some((name, value)) => {
                     out.push_str(value);
@@ -352,15 +352,36 @@ impl TextTokenizer {
         }
     }
 
+    /// A (query, document) pair in an LLM reranker's prompt with `instruction` in place of its own; an error
+    /// for a model without such a prompt.
+    pub fn encode_instructed_pair(
+        &self,
+        query: &str,
+        document: &str,
+        instruction: &str,
+    ) -> Result<Encoded, ModelError> {
+        match self.pair_template.as_deref() {
+            Some(p) => self.encode_prompt(p, query, document, instruction),
+            None => Err(ModelError::Tokenizer(
+                "this model takes no instruction (only LLM rerankers, such as Qwen3-Reranker, have a prompt for one)"
+                    .into(),
+            )),
+        }
+    }
+
+    fn encode_prompt(&self, p: &PairPrompt, query: &str, doc: &str, instruction: &str) -> Result<Encoded, ModelError> {
+        // The body on its own, as the model card tokenizes it, cut to leave room for the prefix and suffix.
+        let mut body = self.encode(&p.template.fill(query, doc, instruction))?.ids;
+        body.truncate(self.window.saturating_sub(p.prefix.len() + p.suffix.len()));
+        let ids: Vec<u32> = p.prefix.iter().copied().chain(body).chain(p.suffix.iter().copied()).collect();
+        Ok(Encoded { type_ids: vec![0; ids.len()], ids })
+    }
+
     /// Tokenizes a (query, document) pair with the tokenizer's pair template; when the two pass the
     /// window, the longer side is truncated first.
     pub fn encode_pair(&self, first: &str, second: &str) -> Result<Encoded, ModelError> {
-        if let Some(PairPrompt { template, prefix, suffix }) = self.pair_template.as_deref() {
-            // The body on its own, as the model card tokenizes it, cut to leave room for the prefix and suffix.
-            let mut body = self.encode(&template.fill(first, second))?.ids;
-            body.truncate(self.window.saturating_sub(prefix.len() + suffix.len()));
-            let ids: Vec<u32> = prefix.iter().copied().chain(body).chain(suffix.iter().copied()).collect();
-            return Ok(Encoded { type_ids: vec![0; ids.len()], ids });
+        if let Some(p) = self.pair_template.as_deref() {
+            return self.encode_prompt(p, first, second, &p.template.instruction);
         }
         match &self.kind {
             Kind::HuggingFace(tok) => {
@@ -425,7 +446,7 @@ mod tests {
             suffix: String::new(),
             instruction: "find {document}".into(),
         };
-        assert_eq!(t.fill("q {query}", "d"), "<I>: find {document} <Q>: q {query} <D>: d {other}");
+        assert_eq!(t.fill("q {query}", "d", &t.instruction), "<I>: find {document} <Q>: q {query} <D>: d {other}");
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub struct ModelInfo {
     pub colbert_dim: Option<usize>,
     /// Named prompts from `config_sentence_transformers.json` (TEI's `prompt_name`, Cohere's `input_type`).
     pub prompts: crate::st_config::Prompts,
+    /// Reranks through a prompt with an instruction (an LLM reranker): a request may give its own.
+    pub takes_instruction: bool,
 }
 
 impl ModelInfo {
@@ -543,6 +545,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         sparse_output: false,
         colbert_dim: None,
         prompts: Default::default(),
+        takes_instruction: false,
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
     Ok(LoadedModel { model, tokenizer, images: Some(images), audio: None, info })
@@ -595,6 +598,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
         sparse_output: false,
         colbert_dim: None,
         prompts: Default::default(),
+        takes_instruction: false,
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
     Ok(LoadedModel { model, tokenizer, images: None, audio: Some(audio), info })
@@ -628,6 +632,7 @@ fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes
         sparse_output: false,
         colbert_dim: None,
         prompts: Default::default(),
+        takes_instruction: false,
     }
 }
 

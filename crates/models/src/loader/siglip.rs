@@ -73,6 +73,7 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
         sparse_output: false,
         colbert_dim: None,
         prompts: Default::default(),
+        takes_instruction: false,
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
     Ok(LoadedModel { model, tokenizer, images: Some(images), audio: None, info })

@@ -94,6 +94,7 @@ impl Setup {
             sparse_output: false,
             colbert_dim: None,
             prompts: st.prompts.clone(),
+            takes_instruction: false,
         };
         Ok(Setup {
             st,
@@ -373,7 +374,10 @@ fn load_decoder(
             }
         };
         match template {
-            Some(t) => setup.tokenizer = setup.tokenizer.with_pair_template(t)?,
+            Some(t) => {
+                setup.tokenizer = setup.tokenizer.with_pair_template(t)?;
+                setup.info.takes_instruction = true;
+            }
             None if lm_reranks => {
                 return Err(ModelError::Unsupported(format!(
                     "--model-task rerank on a {} causal LM needs a prompt: Aleph knows Qwen3-Reranker's \

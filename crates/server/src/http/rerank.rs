@@ -50,12 +50,34 @@ pub async fn relevance(
     raw_scores: bool,
     opts: RunOptions,
 ) -> Result<(Vec<f32>, RunResult), ApiError> {
+    relevance_with(model, query, documents, None, raw_scores, opts).await
+}
+
+/// [`relevance`] with a request's own instruction for an LLM reranker's prompt.
+pub async fn relevance_with(
+    model: &ModelHandle,
+    query: &str,
+    documents: &[String],
+    instruction: Option<&str>,
+    raw_scores: bool,
+    opts: RunOptions,
+) -> Result<(Vec<f32>, RunResult), ApiError> {
     let late_interaction = model.info().task == Task::MultiVector;
+    if instruction.is_some() && !model.info().takes_instruction {
+        return Err(ApiError::unprocessable(
+            "`instruction` is for LLM rerankers (Qwen3-Reranker); this model has no prompt to put it in",
+        )
+        .with_param("instruction"));
+    }
     let inputs = if late_interaction {
         // Query and documents are embedded alone (they batch with other requests) and scored by MaxSim.
         std::iter::once(query).chain(documents.iter().map(String::as_str)).map(|t| Input::Text(t.to_string())).collect()
     } else {
-        documents.iter().map(|d| Input::Pair(query.to_string(), d.clone())).collect()
+        let pair = |d: &String| match instruction {
+            Some(i) => Input::InstructedPair { query: query.into(), document: d.clone(), instruction: i.into() },
+            None => Input::Pair(query.to_string(), d.clone()),
+        };
+        documents.iter().map(pair).collect()
     };
     let out = model.run_with(inputs, opts).await?;
     let scores: Vec<f32> = if late_interaction {
@@ -101,7 +123,9 @@ async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Res
     let documents = validate_texts("documents", req.documents, &state.limits)?;
     // Schema problems (422) first, as Infinity's validation does, then what the model can do (400).
     require_capability(model, &req.model, "rerank", "model")?;
-    let (scores, out) = relevance(model, &query, &documents, req.raw_scores, RunOptions::default()).await?;
+    let instruction = req.instruction.as_deref();
+    let (scores, out) =
+        relevance_with(model, &query, &documents, instruction, req.raw_scores, RunOptions::default()).await?;
     let mut results: Vec<RerankResult> = scores
         .into_iter()
         .zip(documents)

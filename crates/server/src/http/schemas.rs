@@ -376,6 +376,10 @@ pub struct RerankRequest {
     /// Return only the best N (must be > 0); more than the documents returns all.
     #[serde(default)]
     pub top_n: Option<i64>,
+    /// An LLM reranker's instruction for this request (Qwen3-Reranker's `<Instruct>`), in place of the
+    /// model's (`--rerank-instruction`, else its card's default). Other models refuse it.
+    #[serde(default)]
+    pub instruction: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

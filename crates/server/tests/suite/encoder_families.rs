@@ -254,6 +254,13 @@ fn llama_style_embedders_serve_on_every_path() {
 /// replaces the default instruction.
 #[test]
 fn qwen3_reranks_with_model_task_rerank_on_every_path() {
+    // A cross-encoder has no prompt to put an instruction in: the request is refused, the server serves on.
+    let s = Server::start(&["--model-id", &tiny("bert-rerank"), "--no-model-warmup"]);
+    let body = json!({"query": "q", "documents": ["d"], "instruction": "judge"});
+    let reply = s.post_json("/rerank", &body);
+    assert!((400..500).contains(&reply.status) && reply.body.contains("instruction"), "{}", reply.body);
+    assert_eq!(s.post_json("/rerank", &json!({"query": "q", "documents": ["d"]})).status, 200);
+    drop(s);
     let (name, default): (_, Run) = ("qwen3-rerank", (&[], &[]));
     let (model, r) = (tiny(name), reference(name));
     let docs: Vec<&str> = r["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
@@ -278,6 +285,14 @@ fn qwen3_reranks_with_model_task_rerank_on_every_path() {
         let s = Server::start_with_env(&args, env);
         close(&rerank(&s, true), &floats(&r["logit_differences"]), &format!("raw {flags:?} {env:?}"));
         close(&rerank(&s, false), &floats(&r["scores"]), &format!("scores {flags:?} {env:?}"));
+        // The request's own instruction, in place of the model's.
+        let body =
+            json!({"model": format!("tiny/{name}"), "query": r["query"], "documents": docs, "instruction": other});
+        let mut by_index = vec![f32::NAN; docs.len()];
+        for x in s.post_json("/rerank", &body).json()["results"].as_array().unwrap() {
+            by_index[x["index"].as_u64().unwrap() as usize] = x["relevance_score"].as_f64().unwrap() as f32;
+        }
+        close(&by_index, &floats(&r["other_scores"]), &format!("request instruction {flags:?} {env:?}"));
         drop(s);
         args.extend_from_slice(&["--rerank-instruction", other]);
         let s = Server::start_with_env(&args, env);
