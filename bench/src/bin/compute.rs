@@ -130,10 +130,11 @@ fn main() -> anyhow::Result<()> {
     let shapes = if args.shape.is_empty() { &all[..] } else { &args.shape[..] };
     for &(bs, len) in shapes {
         let mut batch = Batch::new();
-        let ids = &full.ids[..len];
+        // The sample's ids over and over, for lengths past it (long-input shapes such as 1x4096).
+        let ids: Vec<u32> = full.ids.iter().copied().cycle().take(len).collect();
         let types = vec![0u32; len];
         for _ in 0..bs {
-            batch.push(ids, &types);
+            batch.push(&ids, &types);
         }
         let flops_per_token = layers as f64 * (2.0 * (4 * h * h + 2 * h * i) as f64 + 4.0 * (len * h) as f64);
         for (name, m) in &models {
