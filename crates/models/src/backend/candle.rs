@@ -292,6 +292,12 @@ impl Ops for Candle {
         Ok(())
     }
 
+    fn add_norm(&self, x: &mut Tensor, n: &Norm<Tensor>, acc: &mut Tensor) -> Result<(), ModelError> {
+        *x = candle_norm(x, n).map_err(forward_err)?;
+        *acc = (&*acc + &*x).map_err(forward_err)?;
+        Ok(())
+    }
+
     fn glu(&self, x: &Tensor, act: Activation, out: &mut Tensor) -> Result<(), ModelError> {
         let (_, w) = x.dims2().map_err(forward_err)?;
         if !w.is_multiple_of(2) {

@@ -277,6 +277,15 @@ fn rms_glu_and_rows<O: Ops>(o: &O, name: &str) {
         .collect();
     close(&o.host(&y).unwrap(), &want, 1e-5, &format!("{name} rms norm"));
 
+    // The same norm added to a residual (Gemma 3's sandwich).
+    let base = values(rows * w, 14);
+    let (mut block, mut acc) = (o.upload(rows, w, x.clone()).unwrap(), o.upload(rows, w, base.clone()).unwrap());
+    o.add_norm(&mut block, &norm, &mut acc).unwrap();
+    let summed: Vec<f64> = want.iter().zip(&base).map(|(n, b)| n + *b as f64).collect();
+    close(&o.host(&acc).unwrap(), &summed, 1e-5, &format!("{name} add norm"));
+    let mut short = o.upload(rows - 1, w, base[w..].to_vec()).unwrap();
+    assert!(o.add_norm(&mut block, &norm, &mut short).is_err(), "{name}: shapes differ");
+
     let xt = o.upload(rows, w, x.clone()).unwrap();
     for a in ACTIVATIONS {
         let mut out = o.empty().unwrap();

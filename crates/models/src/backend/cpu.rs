@@ -229,6 +229,23 @@ impl Ops for Cpu {
         Ok(())
     }
 
+    fn add_norm(&self, x: &mut Mat, n: &Norm<Vec<f32>>, acc: &mut Mat) -> Result<(), ModelError> {
+        if (acc.rows, acc.cols) != (x.rows, x.cols) {
+            return Err(ModelError::Forward("a residual differs in shape from the block's output".into()));
+        }
+        self.norm(x, n)?;
+        let run = |(dst, src): (&mut [f32], &[f32])| ops::add_assign(dst, src);
+        if x.cols > 0 && x.rows >= 64 {
+            crate::cpu::pool().install(|| {
+                use rayon::prelude::*;
+                acc.data.par_chunks_mut(x.cols).zip(x.data.par_chunks(x.cols)).for_each(run)
+            });
+        } else {
+            run((&mut acc.data, &x.data));
+        }
+        Ok(())
+    }
+
     fn glu(&self, x: &Mat, act: Activation, out: &mut Mat) -> Result<(), ModelError> {
         if !x.cols.is_multiple_of(2) {
             return Err(ModelError::Forward("a gated MLP's input has an odd width".into()));

@@ -275,6 +275,9 @@ pub trait Ops: Send + Sync + Sized + 'static {
     fn norm(&self, x: &mut Self::T, n: &Norm<Self::Param>) -> Result<(), ModelError>;
     /// `out` = each row of `x` normalized (pre-norm blocks keep `x` for the residual).
     fn norm_to(&self, x: &Self::T, n: &Norm<Self::Param>, out: &mut Self::T) -> Result<(), ModelError>;
+    /// `acc += norm(x)`, `x` normalized in place on the way: Gemma 3's sandwich norms, which normalize a
+    /// block's output before the residual adds it.
+    fn add_norm(&self, x: &mut Self::T, n: &Norm<Self::Param>, acc: &mut Self::T) -> Result<(), ModelError>;
     /// `out = act(x[:, ..w]) · x[:, w..]` for `x` `[rows, 2w]`: a gated MLP's gate and up projections, fused.
     fn glu(&self, x: &Self::T, act: Activation, out: &mut Self::T) -> Result<(), ModelError>;
     /// Rotary position embedding, in place, on every query and key head of the fused `qkv` (see

@@ -119,6 +119,10 @@ impl<O: Ops> Ops for Recording<O> {
         self.inner.norm(x, n)
     }
 
+    fn add_norm(&self, x: &mut O::T, n: &Norm<O::Param>, acc: &mut O::T) -> Result<(), ModelError> {
+        self.inner.add_norm(x, n, acc)
+    }
+
     fn glu(&self, x: &O::T, act: Activation, out: &mut O::T) -> Result<(), ModelError> {
         self.inner.glu(x, act, out)
     }

@@ -49,6 +49,33 @@ impl<O: Ops> SelfAttention<O> {
         scratch: &mut Scratch<O>,
         out: &mut O::T,
     ) -> Result<(), ModelError> {
+        self.context(o, x, seqs, positional, scratch)?;
+        o.linear_fwd(&scratch.ctx, &self.out, Post::Residual(residual), out)
+    }
+
+    /// `out = out_proj(attention(qkv(x)))` with no residual (Gemma 3 normalizes it before adding).
+    pub fn project(
+        &self,
+        o: &O,
+        x: &O::T,
+        seqs: &O::Seqs,
+        positional: Positional<'_, O>,
+        scratch: &mut Scratch<O>,
+        out: &mut O::T,
+    ) -> Result<(), ModelError> {
+        self.context(o, x, seqs, positional, scratch)?;
+        o.linear_fwd(&scratch.ctx, &self.out, Post::None, out)
+    }
+
+    /// The attended values, before the output projection, into `scratch.ctx`.
+    fn context(
+        &self,
+        o: &O,
+        x: &O::T,
+        seqs: &O::Seqs,
+        positional: Positional<'_, O>,
+        scratch: &mut Scratch<O>,
+    ) -> Result<(), ModelError> {
         o.linear_fwd(x, &self.qkv, Post::None, &mut scratch.qkv)?;
         if let Some((q, k)) = &self.qk_norm {
             o.head_norm(&mut scratch.qkv, &self.spec, q, k)?;
@@ -60,7 +87,6 @@ impl<O: Ops> SelfAttention<O> {
             Positional::Relative(b) => bias = ScoreBias::Relative(b),
             Positional::Disentangled(d) => bias = ScoreBias::Disentangled(d),
         }
-        o.attention(&scratch.qkv, seqs, &self.spec, bias, &mut scratch.ctx)?;
-        o.linear_fwd(&scratch.ctx, &self.out, Post::Residual(residual), out)
+        o.attention(&scratch.qkv, seqs, &self.spec, bias, &mut scratch.ctx)
     }
 }

@@ -33,13 +33,29 @@ impl<O: Ops> Mlp<O> {
         scratch: &mut Scratch<O>,
         out: &mut O::T,
     ) -> Result<(), ModelError> {
+        self.run(o, x, Post::Residual(residual), scratch, out)
+    }
+
+    /// `out = down(…)` with no residual (Gemma 3 normalizes it before adding).
+    pub fn project(&self, o: &O, x: &O::T, scratch: &mut Scratch<O>, out: &mut O::T) -> Result<(), ModelError> {
+        self.run(o, x, Post::None, scratch, out)
+    }
+
+    fn run(
+        &self,
+        o: &O,
+        x: &O::T,
+        post: Post<'_, O::T>,
+        scratch: &mut Scratch<O>,
+        out: &mut O::T,
+    ) -> Result<(), ModelError> {
         if self.gated {
             o.linear_fwd(x, &self.up, Post::None, &mut scratch.inter)?;
             o.glu(&scratch.inter, self.act, &mut scratch.gated)?;
-            o.linear_fwd(&scratch.gated, &self.down, Post::Residual(residual), out)
+            o.linear_fwd(&scratch.gated, &self.down, post, out)
         } else {
             o.linear_fwd(x, &self.up, Post::Act(self.act), &mut scratch.inter)?;
-            o.linear_fwd(&scratch.inter, &self.down, Post::Residual(residual), out)
+            o.linear_fwd(&scratch.inter, &self.down, post, out)
         }
     }
 }

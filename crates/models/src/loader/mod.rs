@@ -395,13 +395,14 @@ fn load_as_configured(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, Mod
         "deberta-v2" => return text::load_deberta(dir, &arch, opts),
         "new" | "gte" | "nomic_bert" => return text::load_gte(dir, &arch, opts),
         "qwen3" => return text::load_qwen3(dir, &arch, opts),
+        "gemma3_text" => return text::load_gemma3(dir, &arch, opts),
         "qwen2" | "mistral" | "llama" => return text::load_llama(dir, &arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => text::load_bert_family(dir, &arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, deberta-v2, modernbert, new (GTE), gte, nomic_bert, qwen3, qwen2, mistral, llama, clip, clap, colpali, colqwen2, siglip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, deberta-v2, modernbert, new (GTE), gte, nomic_bert, qwen3, gemma3_text, qwen2, mistral, llama, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
         ))),
     }

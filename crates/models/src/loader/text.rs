@@ -23,6 +23,7 @@ use crate::layers::decoder::{self, Decoder, DecoderSpec};
 use crate::layers::Weights;
 use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Flavor};
 use crate::models::deberta::{self, Deberta, DebertaConfig};
+use crate::models::gemma3::Gemma3Config;
 use crate::models::gte::{self, Gte, GteConfig};
 use crate::models::llama::{self, LlamaConfig};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
@@ -330,6 +331,14 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
 pub(super) fn load_qwen3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: Qwen3Config = read_json(&dir.join("config.json"))?;
     let family = DecoderFamily { spec: cfg.decoder()?, name: "Qwen3", reranker: Some(qwen3::reranker_template) };
+    load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
+}
+
+/// Gemma 3's text decoder (EmbeddingGemma: bidirectional, mean-pooled, with sentence-transformers' Dense
+/// layers after the pooling).
+pub(super) fn load_gemma3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let cfg: Gemma3Config = read_json(&dir.join("config.json"))?;
+    let family = DecoderFamily { spec: cfg.decoder()?, name: "Gemma3", reranker: None };
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 

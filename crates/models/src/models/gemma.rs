@@ -97,6 +97,9 @@ impl GemmaConfig {
             window: None,
             rope_theta: self.theta()?,
             embed_scale: Some((h as f32).sqrt()),
+            attn_scale: None,
+            sandwich: false,
+            local: None,
         })
     }
 }

@@ -128,6 +128,9 @@ impl LlamaConfig {
             window: window.map(|w| w.saturating_sub(1)),
             rope_theta: theta,
             embed_scale: None,
+            attn_scale: None,
+            sandwich: false,
+            local: None,
         };
         Ok(LlamaConfig { family, spec, max_position_embeddings: f.max_position_embeddings.unwrap_or(positions) })
     }

@@ -9,6 +9,7 @@ pub mod colpali;
 pub mod colqwen2;
 pub mod deberta;
 pub mod gemma;
+pub mod gemma3;
 pub mod gte;
 pub mod htsat;
 pub mod llama;

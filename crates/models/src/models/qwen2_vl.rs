@@ -269,6 +269,9 @@ impl TextConfig {
             window: None,
             rope_theta: self.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(1e6),
             embed_scale: None,
+            attn_scale: None,
+            sandwich: false,
+            local: None,
         })
     }
 }

@@ -90,6 +90,9 @@ impl Qwen3Config {
             window: None,
             rope_theta: theta,
             embed_scale: None,
+            attn_scale: None,
+            sandwich: false,
+            local: None,
         })
     }
 }

@@ -9,6 +9,7 @@ mod colpali_reference;
 mod colqwen2_reference;
 mod deberta_reference;
 mod distilbert_reference;
+mod gemma3_reference;
 mod gte_reference;
 mod jina_reference;
 mod llama_reference;

@@ -4,7 +4,7 @@
 use crate::common;
 
 use aleph_models::{load, Batch, LoadOptions, ModelTask, RerankTemplate};
-use common::{backends, check_embedder, check_int8_close, fixtures, floats, max_diff, reference};
+use common::{backends, check_embedder, check_int8_close, check_prompted, fixtures, floats, max_diff, reference};
 
 #[test]
 fn embedder_matches_sentence_transformers_on_both_backends() {
@@ -19,23 +19,7 @@ fn int8_stays_close_to_f32() {
 /// sentence-transformers puts the prompt before the text, then tokenizes: the same text with its prompt.
 #[test]
 fn the_query_prompt_is_prepended_as_sentence_transformers_does() {
-    let r = reference("qwen3-embed");
-    let prompt = r["prompt"].as_str().unwrap();
-    let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    for (backend, name) in backends() {
-        let loaded = load(&fixtures().join("qwen3-embed"), &LoadOptions { backend, ..Default::default() }).unwrap();
-        assert_eq!(loaded.info.prompts.get("query"), Ok(prompt));
-        let mut batch = Batch::new();
-        for t in &texts {
-            let e = loaded.tokenizer.encode(&format!("{prompt}{t}")).unwrap();
-            batch.push(&e.ids, &e.type_ids);
-        }
-        let got = loaded.model.forward(&batch).unwrap().vectors;
-        for (i, (g, w)) in got.iter().zip(r["query_vectors"].as_array().unwrap()).enumerate() {
-            let d = max_diff(g, &floats(w));
-            assert!(d < 1e-4, "{name}, text {i}: {d}");
-        }
-    }
+    check_prompted("qwen3-embed");
 }
 
 /// Qwen3-Reranker as its model card scores it (scripts/make_qwen3_reranker.py): with `--model-task rerank` a

@@ -126,6 +126,29 @@ fn rope_variants_are_refused_on_the_decoders() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Gemma 3 variants EmbeddingGemma does not use: soft-capped attention logits, a scaled global rotary
+/// embedding (Gemma 3 4B's `linear`), a layer type other than full and sliding.
+#[test]
+fn gemma3_variants_are_refused_on_every_backend() {
+    let edits: [(&str, fn(&mut Value), &str); 3] = [
+        ("softcap", |c| c["attn_logit_softcapping"] = serde_json::json!(50.0), "attn_logit_softcapping"),
+        (
+            "rope-linear",
+            |c| c["rope_parameters"]["full_attention"] = serde_json::json!({"rope_type": "linear", "factor": 8.0}),
+            "linear",
+        ),
+        ("chunked", |c| c["layer_types"][1] = serde_json::json!("chunked_attention"), "layer_types[1]"),
+    ];
+    for (name, edit, what) in edits {
+        let dir = variant("gemma3-embed", name, edit);
+        for (backend, b) in backends() {
+            let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+            assert!(e.contains(what), "{name} on {b}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// JinaBERT variants its code has and Aleph does not run: a feed-forward other than BERT's, GeGLU or ReGLU
 /// (the code itself refuses `glu` and `swiglu`), a position table beside ALiBi, and jina's qk-post-norm code.
 #[test]

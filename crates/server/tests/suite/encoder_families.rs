@@ -210,7 +210,18 @@ fn nomic_bert_v2_experts_embed_on_every_path() {
 /// `prompt_name` on Infinity's route and TEI's, on every compute path.
 #[test]
 fn qwen3_embeds_with_its_prompts_on_every_path() {
-    let (name, default): (_, Run) = ("qwen3-embed", (&[], &[]));
+    embeds_with_its_query_prompt_on_every_path("qwen3-embed");
+}
+
+/// EmbeddingGemma's shape (scripts/make_gemma3.py): Gemma 3 attending both ways, mean pooling, Dense layers,
+/// its `query` task prompt.
+#[test]
+fn gemma3_embeds_with_its_prompts_on_every_path() {
+    embeds_with_its_query_prompt_on_every_path("gemma3-embed");
+}
+
+fn embeds_with_its_query_prompt_on_every_path(name: &str) {
+    let default: Run = (&[], &[]);
     let (model, r) = (tiny(name), reference(name));
     for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
         let mut args = vec!["--model-id", model.as_str(), "--no-model-warmup"];
@@ -227,7 +238,7 @@ fn qwen3_embeds_with_its_prompts_on_every_path() {
                 [("/embeddings", floats(&infinity["data"][i]["embedding"])), ("/embed", floats(&tei[i]))]
             {
                 let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-                assert!(d < 1e-4, "{route} {flags:?} {env:?} text {i} with the query prompt: differs by {d}");
+                assert!(d < 1e-4, "{name} {route} {flags:?} {env:?} text {i} with the query prompt: differs by {d}");
             }
         }
     }

@@ -144,6 +144,25 @@ pub fn check_int8_close(model: &str) {
     }
 }
 
+/// The reference's `query_vectors`: each text after its `prompt`, as sentence-transformers prepends it before
+/// tokenizing, on both backends within 1e-4.
+pub fn check_prompted(model: &str) {
+    let r = reference(model);
+    let prompt = r["prompt"].as_str().unwrap();
+    for (backend, name) in backends() {
+        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..Default::default() }).unwrap();
+        assert_eq!(loaded.info.prompts.get("query"), Ok(prompt), "{model}: the prompt read from its files");
+        let texts: Vec<String> =
+            r["texts"].as_array().unwrap().iter().map(|t| format!("{prompt}{}", t.as_str().unwrap())).collect();
+        let batch = text_batch(&loaded, &texts.iter().map(String::as_str).collect::<Vec<_>>());
+        let got = loaded.model.forward(&batch).unwrap().vectors;
+        for (i, (g, w)) in got.iter().zip(r["query_vectors"].as_array().unwrap()).enumerate() {
+            let d = max_diff(g, &floats(w));
+            assert!(d < 1e-4, "{model} on {name}, text {i} with its prompt: {d}");
+        }
+    }
+}
+
 fn text_batch(loaded: &aleph_models::LoadedModel, texts: &[&str]) -> Batch {
     let mut batch = Batch::new();
     for t in texts {
