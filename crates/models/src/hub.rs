@@ -91,7 +91,8 @@ fn select(files: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-/// Files worth fetching: configs, tokenizers and safetensors weights; not pickles, ONNX or docs.
+/// Files worth fetching: configs, tokenizers and safetensors weights, the model card (whose front matter says
+/// what a causal LM was trained for); not pickles, ONNX or other docs.
 fn wanted(file: &str) -> bool {
     let name = file.rsplit('/').next().unwrap_or(file);
     let top_level_or_module = !file.contains('/') || file.split('/').count() == 2;
@@ -101,6 +102,7 @@ fn wanted(file: &str) -> bool {
             || name == "vocab.txt"
             || name == "merges.txt"
             || name.ends_with(".model")
+            || file == "README.md"
             // BGE-M3's sparse and ColBERT heads, beside its weights.
             || (!file.contains('/') && (name == "sparse_linear.pt" || name == "colbert_linear.pt")))
         && !file.starts_with("onnx/")
@@ -146,7 +148,9 @@ mod tests {
         assert!(!wanted("pytorch_model.bin"));
         assert!(!wanted("onnx/model.onnx"));
         assert!(!wanted("onnx/config.json"));
-        assert!(!wanted("README.md"));
+        assert!(wanted("README.md"));
+        assert!(!wanted("docs/README.md"));
+        assert!(!wanted("1_Pooling/README.md"));
     }
 
     #[test]
@@ -163,7 +167,13 @@ mod tests {
         ]));
         assert_eq!(
             picked,
-            files(&["config.json", "model.safetensors", "2_Dense/config.json", "2_Dense/pytorch_model.bin"])
+            files(&[
+                "config.json",
+                "model.safetensors",
+                "2_Dense/config.json",
+                "2_Dense/pytorch_model.bin",
+                "README.md"
+            ])
         );
         let picked =
             select(files(&["config.json", "pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"]));

@@ -119,19 +119,28 @@ pub struct TextTokenizer {
     uncut: Arc<OnceLock<Box<Tokenizer>>>,
 }
 
-/// An LLM reranker's prompt (Qwen3-Reranker's, as its model card builds it): the tokens of `prefix`, then
-/// `body` with `{instruction}`, `{query}` and `{document}` filled in and tokenized on its own (cut to fit the
-/// window), then the tokens of `suffix`.
+/// An LLM reranker's prompt, as its model card builds it: the tokens of `prefix`, then each of `pieces` with
+/// `{instruction}`, `{query}` and `{document}` filled in and tokenized on its own (Qwen3-Reranker's whole
+/// body is one piece; mxbai-rerank-v2 tokenizes its query, separators, document and task apart), then the
+/// tokens of `suffix`. Pieces are cut to fit the window: the document's first; a separate query piece keeps
+/// at most three quarters of the room, as mxbai-rerank-v2 does.
 #[derive(Debug, Clone)]
 pub struct PairTemplate {
     pub prefix: String,
-    pub body: String,
+    pub pieces: Vec<String>,
     pub suffix: String,
-    pub instruction: String,
+    /// The instruction when a request gives none; `None`: the prompt has no instruction then.
+    pub instruction: Option<String>,
+    /// What `{instruction}` becomes around an instruction (`{instruction}` itself for Qwen3-Reranker,
+    /// `instruction: {instruction}\n` for mxbai-rerank-v2).
+    pub instruction_format: String,
+    /// Whether the pieces get the tokenizer's special tokens (Qwen3-Reranker's card calls the tokenizer
+    /// with its defaults; mxbai-rerank-v2 turns them off).
+    pub special_tokens: bool,
 }
 
 impl PairTemplate {
-    /// A template file (`--rerank-template FILE`): its whole text is the body, tokenized as one.
+    /// A template file (`--rerank-template FILE`): its whole text is one piece, tokenized as one.
     pub fn from_file(path: &Path, instruction: String) -> Result<Self, ModelError> {
         let body = std::fs::read_to_string(path)
             .map_err(|e| ModelError::BadFile { path: path.to_path_buf(), reason: e.to_string() })?;
@@ -141,16 +150,29 @@ impl PairTemplate {
                 reason: "a rerank template needs both {query} and {document}".into(),
             });
         }
-        Ok(PairTemplate { prefix: String::new(), body, suffix: String::new(), instruction })
+        Ok(PairTemplate {
+            prefix: String::new(),
+            pieces: vec![body],
+            suffix: String::new(),
+            instruction: Some(instruction),
+            instruction_format: "{instruction}".into(),
+            special_tokens: true,
+        })
     }
 
-    /// The body with its placeholders filled in one pass (a query holding `{document}` stays as written).
-    fn fill(&self, query: &str, document: &str, instruction: &str) -> String {
-        let (mut out, mut rest) = (String::new(), self.body.as_str());
+    /// `piece` with its placeholders filled in one pass (a query holding `{document}` stays as written).
+    fn fill(&self, piece: &str, query: &str, document: &str, instruction: Option<&str>) -> String {
+        // With a format around it, an empty instruction is none (mxbai-rerank-v2 tests it for truth).
+        let framed = self.instruction_format != "{instruction}";
+        let instruction = instruction
+            .filter(|i| !(framed && i.is_empty()))
+            .map(|i| self.instruction_format.replace("{instruction}", i))
+            .unwrap_or_default();
+        let (mut out, mut rest) = (String::new(), piece);
         while let Some(at) = rest.find('{') {
             out.push_str(&rest[..at]);
             let tail = &rest[at..];
-            let fields = [("{instruction}", instruction), ("{query}", query), ("{document}", document)];
+            let fields = [("{instruction}", instruction.as_str()), ("{query}", query), ("{document}", document)];
             match fields.iter().find(|(name, _)| tail.starts_with(name)) {
                 Some((name, value)) => {
                     out.push_str(value);
@@ -164,6 +186,15 @@ impl PairTemplate {
         }
         out + rest
     }
+}
+
+/// What a template piece holds, for cutting it to the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Fixed,
+    Query,
+    /// The document (and perhaps the query with it).
+    Document,
 }
 
 /// A [`PairTemplate`] with its prefix and suffix tokenized once.
@@ -361,7 +392,7 @@ impl TextTokenizer {
         instruction: &str,
     ) -> Result<Encoded, ModelError> {
         match self.pair_template.as_deref() {
-            Some(p) => self.encode_prompt(p, query, document, instruction),
+            Some(p) => self.encode_prompt(p, query, document, Some(instruction)),
             None => Err(ModelError::Tokenizer(
                 "this model takes no instruction (only LLM rerankers, such as Qwen3-Reranker, have a prompt for one)"
                     .into(),
@@ -369,10 +400,38 @@ impl TextTokenizer {
         }
     }
 
-    fn encode_prompt(&self, p: &PairPrompt, query: &str, doc: &str, instruction: &str) -> Result<Encoded, ModelError> {
-        // The body on its own, as the model card tokenizes it, cut to leave room for the prefix and suffix.
-        let mut body = self.encode(&p.template.fill(query, doc, instruction))?.ids;
-        body.truncate(self.window.saturating_sub(p.prefix.len() + p.suffix.len()));
+    fn encode_prompt(
+        &self,
+        p: &PairPrompt,
+        query: &str,
+        doc: &str,
+        instruction: Option<&str>,
+    ) -> Result<Encoded, ModelError> {
+        let t = &p.template;
+        let mut pieces = Vec::with_capacity(t.pieces.len());
+        for piece in &t.pieces {
+            let text = t.fill(piece, query, doc, instruction);
+            let ids = if t.special_tokens { self.encode(&text)? } else { self.encode_raw(&text)? }.ids;
+            let role = match (piece.contains("{document}"), piece.contains("{query}")) {
+                (true, _) => Role::Document,
+                (false, true) => Role::Query,
+                (false, false) => Role::Fixed,
+            };
+            pieces.push((role, ids));
+        }
+        // The room the query and document pieces share, after the prefix, suffix and fixed pieces.
+        let fixed: usize = pieces.iter().filter(|(r, _)| *r == Role::Fixed).map(|(_, ids)| ids.len()).sum();
+        let room = self.window.saturating_sub(p.prefix.len() + p.suffix.len() + fixed);
+        let has = |role| pieces.iter().any(|(r, _)| *r == role);
+        let query_room = if has(Role::Query) && has(Role::Document) { room * 3 / 4 } else { room };
+        let mut used = 0;
+        for (role, limit) in [(Role::Query, query_room), (Role::Document, room)] {
+            for (_, ids) in pieces.iter_mut().filter(|(r, _)| *r == role) {
+                ids.truncate(limit.saturating_sub(used));
+                used += ids.len();
+            }
+        }
+        let body = pieces.into_iter().flat_map(|(_, ids)| ids);
         let ids: Vec<u32> = p.prefix.iter().copied().chain(body).chain(p.suffix.iter().copied()).collect();
         Ok(Encoded { type_ids: vec![0; ids.len()], ids })
     }
@@ -381,7 +440,7 @@ impl TextTokenizer {
     /// window, the longer side is truncated first.
     pub fn encode_pair(&self, first: &str, second: &str) -> Result<Encoded, ModelError> {
         if let Some(p) = self.pair_template.as_deref() {
-            return self.encode_prompt(p, first, second, &p.template.instruction);
+            return self.encode_prompt(p, first, second, p.template.instruction.as_deref());
         }
         match &self.kind {
             Kind::HuggingFace(tok) => {
@@ -442,11 +501,15 @@ mod tests {
     fn pair_templates_fill_each_placeholder_once() {
         let t = PairTemplate {
             prefix: String::new(),
-            body: "<I>: {instruction} <Q>: {query} <D>: {document} {other}".into(),
+            pieces: vec!["<I>: {instruction} <Q>: {query} <D>: {document} {other}".into()],
             suffix: String::new(),
-            instruction: "find {document}".into(),
+            instruction: Some("find {document}".into()),
+            instruction_format: "[{instruction}]".into(),
+            special_tokens: true,
         };
-        assert_eq!(t.fill("q {query}", "d", &t.instruction), "<I>: find {document} <Q>: q {query} <D>: d {other}");
+        let filled = t.fill(&t.pieces[0], "q {query}", "d", t.instruction.as_deref());
+        assert_eq!(filled, "<I>: [find {document}] <Q>: q {query} <D>: d {other}");
+        assert_eq!(t.fill("{instruction}<Q>: {query}", "q", "d", None), "<Q>: q");
     }
 
     #[test]

@@ -179,13 +179,17 @@ pub struct ServeArgs {
     pub truncate_dim: Vec<String>,
 
     /// What to serve the model as: auto (as its checkpoint says), embed, rerank or classify. `rerank` on a
-    /// causal LM (Qwen3-Reranker, a `Qwen3ForCausalLM`) scores pairs through its prompt, "yes" against "no".
+    /// causal LM (Qwen3-Reranker, a `Qwen3ForCausalLM`) scores pairs through its prompt, "yes" against "no";
+    /// auto does so for a causal LM whose model card says `pipeline_tag: text-ranking` and whose prompt
+    /// Aleph knows (Qwen3-Reranker, mxbai-rerank-v2).
     #[arg(long, env = "ALEPH_MODEL_TASK", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub model_task: Vec<String>,
 
     /// How a decoder reranker puts each pair into its prompt: auto (the family's own: Qwen3-Reranker's for
-    /// qwen3, causal LMs and converted `Qwen3ForSequenceClassification` checkpoints alike), none (the
-    /// tokenizer's pair encoding), or a file whose text has `{instruction}`, `{query}` and `{document}`.
+    /// qwen3, causal LMs and converted `Qwen3ForSequenceClassification` checkpoints alike; mxbai-rerank-v2's
+    /// for a qwen2 checkpoint whose card or folder names mxbai-rerank), qwen3 or mxbai (that prompt and its
+    /// answer tokens), none (the tokenizer's pair encoding), or a file whose text has `{instruction}`,
+    /// `{query}` and `{document}`.
     #[arg(long, env = "ALEPH_RERANK_TEMPLATE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub rerank_template: Vec<String>,
 

@@ -1,5 +1,6 @@
 //! From a model folder to a runnable model: config dispatch, weights, tokenizer, pooling.
 
+mod card;
 mod checkpoint;
 mod colpali;
 mod colqwen2;
@@ -282,11 +283,16 @@ impl FromStr for ModelTask {
 /// `--rerank-template`: how a decoder reranker puts each (query, document) pair into one prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum RerankTemplate {
-    /// The family's own (Qwen3-Reranker's for Qwen3), where it has one.
+    /// The checkpoint's own, where Aleph knows it: Qwen3-Reranker's for Qwen3, mxbai-rerank-v2's for a
+    /// Qwen2 checkpoint whose model card or folder names mxbai-rerank.
     #[default]
     Auto,
     /// The tokenizer's pair encoding, no prompt.
     None,
+    /// Qwen3-Reranker's prompt ("yes" against "no").
+    Qwen3,
+    /// mxbai-rerank-v2's prompt ("1" against "0").
+    Mxbai,
     /// A file whose text has `{instruction}`, `{query}` and `{document}` placeholders, tokenized whole.
     File(std::path::PathBuf),
 }
@@ -298,7 +304,9 @@ impl FromStr for RerankTemplate {
         match s {
             "auto" => Ok(RerankTemplate::Auto),
             "none" => Ok(RerankTemplate::None),
-            "" => Err("an empty rerank template (expected auto, none or a file)".into()),
+            "qwen3" => Ok(RerankTemplate::Qwen3),
+            "mxbai" => Ok(RerankTemplate::Mxbai),
+            "" => Err("an empty rerank template (expected auto, none, qwen3, mxbai or a file)".into()),
             path => Ok(RerankTemplate::File(path.into())),
         }
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use candle_nn::VarBuilder;
 
+use super::card;
 use super::checkpoint::Checkpoint;
 use super::{
     backend_for, calibrate, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel,
@@ -327,10 +328,10 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
 }
 
 /// Qwen3: embedders (Qwen3-Embedding: a `Qwen3ForCausalLM` or `Qwen3Model` checkpoint whose
-/// sentence-transformers files pool the last token) and, with `--model-task rerank`, Qwen3-Reranker.
+/// sentence-transformers files pool the last token) and Qwen3-Reranker (a causal LM served as a reranker).
 pub(super) fn load_qwen3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: Qwen3Config = read_json(&dir.join("config.json"))?;
-    let family = DecoderFamily { spec: cfg.decoder()?, name: "Qwen3", reranker: Some(qwen3::reranker_template) };
+    let family = DecoderFamily { spec: cfg.decoder()?, name: "Qwen3", reranker: Some(LmReranker::QWEN3) };
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 
@@ -342,27 +343,49 @@ pub(super) fn load_gemma3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 
-/// Llama, Mistral and Qwen2 embedders (SFR-Embedding, e5-mistral-7b-instruct, gte-Qwen2-instruct).
+/// Llama, Mistral and Qwen2 embedders (SFR-Embedding, e5-mistral-7b-instruct, gte-Qwen2-instruct), and
+/// mxbai-rerank-v2 (a Qwen2 causal LM).
 pub(super) fn load_llama(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let kind = llama::Family::from_model_type(&arch.model_type).ok_or_else(|| {
         ModelError::Unsupported(format!("model_type `{}` is not a Llama-style decoder", arch.model_type))
     })?;
     let cfg = LlamaConfig::read(&dir.join("config.json"), kind)?;
-    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker: None };
+    let mxbai = kind == llama::Family::Qwen2 && names_mxbai_rerank(dir);
+    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker: mxbai.then_some(LmReranker::MXBAI) };
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
+}
+
+/// Whether a checkpoint is mxbai-rerank-v2: its model card or its folder (a hub cache's
+/// `models--mixedbread-ai--mxbai-rerank-base-v2`) names it.
+fn names_mxbai_rerank(dir: &Path) -> bool {
+    let named = |s: &str| s.to_lowercase().contains("mxbai-rerank");
+    named(&dir.to_string_lossy()) || card::read(dir).is_some_and(|c| named(&c))
 }
 
 /// A decoder family and, where Aleph knows one, the prompt that makes its causal LM a reranker.
 struct DecoderFamily {
     spec: DecoderSpec,
     name: &'static str,
-    reranker: Option<fn(Option<String>) -> PairTemplate>,
+    reranker: Option<LmReranker>,
 }
 
-/// A decoder as an embedder (its pooling from the sentence-transformers files) or, with `--model-task
-/// rerank` on a causal LM whose family has a reranker prompt, an LLM reranker: the prompt around each pair,
-/// the last token's "yes" logit minus its "no". A `*ForSequenceClassification` checkpoint's `score` reads the
-/// last token.
+/// How a causal LM reranks: its prompt around each pair, and the answer tokens whose logits it compares.
+#[derive(Clone, Copy)]
+struct LmReranker {
+    template: fn(Option<String>) -> PairTemplate,
+    yes: &'static str,
+    no: &'static str,
+}
+
+impl LmReranker {
+    const QWEN3: LmReranker = LmReranker { template: qwen3::reranker_template, yes: "yes", no: "no" };
+    const MXBAI: LmReranker = LmReranker { template: llama::mxbai_reranker_template, yes: "1", no: "0" };
+}
+
+/// A decoder as an embedder (its pooling from the sentence-transformers files) or as an LLM reranker: a causal
+/// LM given `--model-task rerank`, or under `auto` one whose model card says `pipeline_tag: text-ranking` and
+/// whose prompt Aleph knows; the prompt around each pair, the last token's "yes" logit minus its "no". A
+/// `*ForSequenceClassification` checkpoint's `score` reads the last token.
 fn load_decoder(
     dir: &Path,
     arch: &ArchConfig,
@@ -372,15 +395,27 @@ fn load_decoder(
 ) -> Result<LoadedModel, ModelError> {
     let mut setup = Setup::new(dir, arch, opts, max_positions, family.spec.hidden)?;
     let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
-    let lm_reranks = opts.task == super::ModelTask::Rerank && causal_lm;
+    let reranker = match &opts.rerank_template {
+        RerankTemplate::Auto => family.reranker,
+        RerankTemplate::Qwen3 => Some(LmReranker::QWEN3),
+        RerankTemplate::Mxbai => Some(LmReranker::MXBAI),
+        RerankTemplate::None | RerankTemplate::File(_) => None,
+    };
+    let trained_to_rank =
+        || card::read(dir).is_some_and(|c| card::front_matter(&c, "pipeline_tag") == Some("text-ranking"));
+    let lm_reranks = causal_lm
+        && match opts.task {
+            super::ModelTask::Rerank => true,
+            super::ModelTask::Auto => reranker.is_some() && trained_to_rank(),
+            _ => false,
+        };
     if lm_reranks || setup.task == Task::Rerank {
         let instruction = opts.rerank_instruction.clone();
         let template = match &opts.rerank_template {
-            RerankTemplate::Auto => family.reranker.map(|t| t(instruction)),
-            RerankTemplate::None => None,
             RerankTemplate::File(path) => {
                 Some(PairTemplate::from_file(path, instruction.unwrap_or_else(|| qwen3::DEFAULT_INSTRUCTION.into()))?)
             }
+            _ => reranker.map(|r| (r.template)(instruction)),
         };
         match template {
             Some(t) => {
@@ -389,8 +424,9 @@ fn load_decoder(
             }
             None if lm_reranks => {
                 return Err(ModelError::Unsupported(format!(
-                    "--model-task rerank on a {} causal LM needs a prompt: Aleph knows Qwen3-Reranker's \
-                     (--rerank-template auto on a qwen3 model), or give one with --rerank-template FILE",
+                    "--model-task rerank on a {} causal LM needs a prompt: Aleph knows Qwen3-Reranker's and \
+                     mxbai-rerank-v2's (--rerank-template auto, qwen3 or mxbai), or give one with \
+                     --rerank-template FILE",
                     family.name
                 )))
             }
@@ -402,7 +438,8 @@ fn load_decoder(
             let id = setup.tokenizer.token_id(t);
             id.ok_or_else(|| ModelError::Unsupported(format!("a reranker without a `{t}` token")))
         };
-        let yes_no = (token("yes")?, token("no")?);
+        let (yes, no) = reranker.map_or(("yes", "no"), |r| (r.yes, r.no));
+        let yes_no = (token(yes)?, token(no)?);
         (setup.task, setup.info.task) = (Task::Rerank, Task::Rerank);
         Some(yes_no)
     } else {

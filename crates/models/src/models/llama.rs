@@ -9,6 +9,7 @@ use serde::Deserialize;
 use crate::backend::Activation;
 use crate::error::ModelError;
 use crate::layers::decoder::DecoderSpec;
+use crate::tokenizer::PairTemplate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -133,6 +134,31 @@ impl LlamaConfig {
             local: None,
         };
         Ok(LlamaConfig { family, spec, max_position_embeddings: f.max_position_embeddings.unwrap_or(positions) })
+    }
+}
+
+/// mxbai-rerank-v2's prompt (a Qwen2 causal LM), as mixedbread's `mxbai_rerank.MxbaiRerankV2` builds it: Qwen's
+/// chat frame around the query, a newline, the document, a newline and the task, each tokenized on its own
+/// without special tokens; a given instruction goes before the query. The score is "1" against "0".
+pub fn mxbai_reranker_template(instruction: Option<String>) -> PairTemplate {
+    PairTemplate {
+        prefix: "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n\
+                 <|im_start|>user\n"
+            .into(),
+        pieces: vec![
+            "{instruction}query: {query}".into(),
+            "\n".into(),
+            "document: {document}".into(),
+            "\n".into(),
+            "You are a search relevance expert who evaluates how well documents match search queries. For each \
+             query-document pair, carefully analyze the semantic relationship between them, then provide your \
+             binary relevance judgment (0 for not relevant, 1 for relevant).\nRelevance:"
+                .into(),
+        ],
+        suffix: "<|im_end|>\n<|im_start|>assistant\n".into(),
+        instruction,
+        instruction_format: "instruction: {instruction}\n".into(),
+        special_tokens: false,
     }
 }
 

@@ -106,9 +106,11 @@ pub fn reranker_template(instruction: Option<String>) -> PairTemplate {
         prefix: "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the \
                  Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
             .into(),
-        body: "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}".into(),
+        pieces: vec!["<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}".into()],
         suffix: "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n".into(),
-        instruction: instruction.unwrap_or_else(|| DEFAULT_INSTRUCTION.into()),
+        instruction: Some(instruction.unwrap_or_else(|| DEFAULT_INSTRUCTION.into())),
+        instruction_format: "{instruction}".into(),
+        special_tokens: true,
     }
 }
 

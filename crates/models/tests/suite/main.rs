@@ -16,6 +16,7 @@ mod llama_reference;
 mod minimized_configs;
 mod modernbert_reference;
 mod mpnet_reference;
+mod mxbai_reference;
 mod nomic_moe_reference;
 mod nomic_reference;
 mod qwen3_reference;

@@ -130,7 +130,8 @@ fn rope_variants_are_refused_on_the_decoders() {
 /// embedding (Gemma 3 4B's `linear`), a layer type other than full and sliding.
 #[test]
 fn gemma3_variants_are_refused_on_every_backend() {
-    let edits: [(&str, fn(&mut Value), &str); 3] = [
+    type Edit = fn(&mut Value);
+    let edits: [(&str, Edit, &str); 3] = [
         ("softcap", |c| c["attn_logit_softcapping"] = serde_json::json!(50.0), "attn_logit_softcapping"),
         (
             "rope-linear",

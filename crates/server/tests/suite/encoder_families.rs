@@ -311,6 +311,41 @@ fn qwen3_reranks_with_model_task_rerank_on_every_path() {
     }
 }
 
+/// mxbai-rerank-v2 over HTTP (scripts/make_mxbai_rerank.py): served as a reranker with no flags (its model card
+/// says text-ranking), `/rerank`'s raw scores its "1"-minus-"0" logits and its scores their sigmoid, with the
+/// request's instruction or none, on every path.
+#[test]
+fn mxbai_rerank_v2_reranks_on_every_path() {
+    let default: Run = (&[], &[]);
+    let name = "mxbai-rerank-v2";
+    let (model, r) = (tiny(name), reference(name));
+    let docs: Vec<&str> = r["documents"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    for (flags, env) in std::iter::once(default).chain(OTHER_PATHS) {
+        let mut args = vec!["--model-id", model.as_str(), "--no-model-warmup"];
+        args.extend_from_slice(flags);
+        let s = Server::start_with_env(&args, env);
+        for (instruction, raw, want) in [
+            (None, true, floats(&r["logit_differences"])),
+            (None, false, floats(&r["logit_differences"]).iter().map(|x| 1.0 / (1.0 + (-x).exp())).collect()),
+            (r["instruction"].as_str(), true, floats(&r["instructed_logit_differences"])),
+        ] {
+            let mut body =
+                json!({"model": format!("tiny/{name}"), "query": r["query"], "documents": docs, "raw_scores": raw});
+            if let Some(i) = instruction {
+                body["instruction"] = json!(i);
+            }
+            let reply = s.post_json("/rerank", &body);
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            let mut got = vec![f32::NAN; docs.len()];
+            for x in reply.json()["results"].as_array().unwrap() {
+                got[x["index"].as_u64().unwrap() as usize] = x["relevance_score"].as_f64().unwrap() as f32;
+            }
+            let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(d < 1e-4, "{flags:?} {env:?} instruction {instruction:?} raw {raw}: {got:?} vs {want:?}");
+        }
+    }
+}
+
 /// `/embeddings` of `tiny/{name}` equal its reference vectors within 1e-4.
 fn check_embeddings(s: &Server, name: &str, what: &str) {
     let r = reference(name);
