@@ -24,8 +24,8 @@ def aleph(d, shape):
                           "--no-candle", "--seconds", "1"],
                          env={**families.os.environ, "ALEPH_COMPUTE_THREADS": "2"}, check=True, capture_output=True,
                          text=True).stdout
-    rows = dict((m[0], float(m[1])) for m in re.findall(r"\| (aleph-cpu(?:-int8)?) \| \d+ \| \d+ \| ([\d.]+) \|", out))
-    return rows["aleph-cpu"], rows["aleph-cpu-int8"]
+    rows = dict((m[0], float(m[1])) for m in re.findall(r"\| (aleph-cpu(?:-int8|-bf16)?) \| \d+ \| \d+ \| ([\d.]+) \|", out))
+    return rows["aleph-cpu"], rows["aleph-cpu-bf16"], rows["aleph-cpu-int8"]
 
 
 def pytorch(d, cls, batch, tokens):
@@ -49,14 +49,15 @@ def main():
     name, shapes = sys.argv[1], sys.argv[2:]
     checkpoint, cls = families.FAMILIES[name][0], families.FAMILIES[name][1]
     d = families.make(name)
-    print(f"| {name} ({checkpoint}) | Aleph f32 ms | Aleph int8 ms | PyTorch ms | f32 speed-up | int8 speed-up |")
-    print("|---|---|---|---|---|---|")
+    print(f"| {name} ({checkpoint}) | Aleph f32 ms | Aleph bf16 ms | Aleph int8 ms | PyTorch f32 ms | f32 vs PyTorch "
+          "| bf16 vs our f32 | int8 vs our f32 |")
+    print("|---|---|---|---|---|---|---|---|")
     for shape in shapes:
         b, t = map(int, shape.split("x"))
-        f32, int8 = aleph(d, shape)
+        f32, bf16, int8 = aleph(d, shape)
         torch_ms = pytorch(d, cls, b, t)
-        print(f"| {b} × {t} | {f32:.1f} | {int8:.1f} | {torch_ms:.1f} | {torch_ms / f32:.2f}x | {torch_ms / int8:.2f}x |",
-              flush=True)
+        print(f"| {b} × {t} | {f32:.1f} | {bf16:.1f} | {int8:.1f} | {torch_ms:.1f} | {torch_ms / f32:.2f}x "
+              f"| {f32 / bf16:.2f}x | {f32 / int8:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

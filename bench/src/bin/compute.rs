@@ -110,7 +110,11 @@ fn main() -> anyhow::Result<()> {
     println!("\nbest GEMM rate at the model's shapes: {peak:.1} GFLOP/s");
 
     let tokenizer_text = "the quick brown fox jumps over the lazy dog ".repeat(64);
-    let mut backends = vec![(Backend::Auto, DType::Auto, "aleph-cpu"), (Backend::Auto, DType::Int8, "aleph-cpu-int8")];
+    let mut backends = vec![
+        (Backend::Auto, DType::Auto, "aleph-cpu"),
+        (Backend::Auto, DType::BFloat16, "aleph-cpu-bf16"),
+        (Backend::Auto, DType::Int8, "aleph-cpu-int8"),
+    ];
     if !args.no_candle {
         backends.push((Backend::Candle, DType::Auto, "candle"));
     }

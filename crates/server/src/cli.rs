@@ -83,8 +83,9 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_DEVICE_ID", value_delimiter = ';', help_heading = "Models")]
     pub device_id: Vec<String>,
 
-    /// Compute precision: auto, float32, int8 (CPU), float16 or bfloat16 (where the device runs them; a
-    /// clear error otherwise).
+    /// Compute precision: auto, float32, int8 (CPU), bfloat16 (CPU: weights kept in bf16, multiplied with
+    /// AVX512-BF16 where the CPU has it and widened to f32 on the fly elsewhere), float16 (where the device
+    /// runs it; a clear error otherwise).
     #[arg(long, env = "ALEPH_DTYPE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub dtype: Vec<String>,
 

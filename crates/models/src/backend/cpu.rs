@@ -9,7 +9,7 @@ use candle_core::Tensor;
 
 use super::{Activation, AttentionSpec, Norm, NormKind, Ops, Post, ScoreBias};
 use crate::cpu::gemm::{gemm, Epilogue, MatRef};
-use crate::cpu::layers::{attention, host, layer_norm_rows, with_scratch, Dense, Scratch};
+use crate::cpu::layers::{attention, host, layer_norm_rows, with_scratch, Dense, Scratch, WeightFormat};
 use crate::cpu::{ops, Isa};
 use crate::error::{weights, ModelError};
 use crate::loader::Compute;
@@ -17,23 +17,28 @@ use crate::loader::Compute;
 /// How much of an activation outlier moves into the weight (SmoothQuant's α).
 pub const SMOOTH_ALPHA: f32 = 0.5;
 
-/// The CPU backend: f32, or int8 linear layers.
+/// The CPU backend: f32, int8 or bf16 linear layers.
 pub struct Cpu {
     isa: Isa,
-    int8: bool,
+    format: WeightFormat,
     /// Per linear layer (by name), its inputs' largest magnitude per channel, from a calibration run.
     smoothing: HashMap<String, Vec<f32>>,
 }
 
 impl Cpu {
     pub fn f32() -> Self {
-        Cpu { isa: Isa::get(), int8: false, smoothing: HashMap::new() }
+        Cpu { isa: Isa::get(), format: WeightFormat::F32, smoothing: HashMap::new() }
+    }
+
+    /// bf16 weights (half the bytes), multiplied with AVX512-BF16 where the CPU has it.
+    pub fn bf16() -> Self {
+        Cpu { isa: Isa::get(), format: WeightFormat::Bf16, smoothing: HashMap::new() }
     }
 
     /// int8 weights with dynamically quantized activations; layers named in `smoothing` are smoothed
     /// (SmoothQuant) against the magnitudes recorded for them.
     pub fn int8(smoothing: HashMap<String, Vec<f32>>) -> Self {
-        Cpu { isa: Isa::get(), int8: true, smoothing }
+        Cpu { isa: Isa::get(), format: WeightFormat::Int8, smoothing }
     }
 
     pub fn isa(&self) -> Isa {
@@ -93,8 +98,10 @@ impl Ops for Cpu {
             None => vec![0.0; out],
         };
         Ok(match self.smoothing.get(name) {
-            Some(act_max) if self.int8 => Dense::new_smoothed(&w, b, inp, out, act_max, SMOOTH_ALPHA),
-            _ => Dense::new(&w, b, inp, out, self.int8),
+            Some(act_max) if self.format == WeightFormat::Int8 => {
+                Dense::new_smoothed(&w, b, inp, out, act_max, SMOOTH_ALPHA)
+            }
+            _ => Dense::new(&w, b, inp, out, self.format),
         })
     }
 

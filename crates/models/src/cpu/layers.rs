@@ -1,10 +1,11 @@
 //! The pieces `crate::backend::cpu` is built from: row-parallel layer norms, dense layers with packed (f32
-//! or int8) weights, and padding-free multi-head attention over a packed batch.
+//! int8 or bf16) weights, and padding-free multi-head attention over a packed batch.
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::bgemm::{gemm_bf16, PackedBf16};
 use super::gemm::{gemm, gemm_raw, Epilogue, MatRef, Out, PackedB};
 use super::qgemm::{gemm_i8, PackedI8};
 use super::{ops, Isa};
@@ -14,7 +15,7 @@ pub(crate) fn host(t: candle_core::Tensor) -> candle_core::Result<Vec<f32>> {
     t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()
 }
 
-/// A dense layer with its weight packed for the GEMM: f32, or int8 (`--dtype int8`).
+/// A dense layer with its weight packed for the GEMM: f32, int8 (`--dtype int8`) or bf16 (`--dtype bfloat16`).
 pub struct Dense {
     w: Weights,
     pub b: Vec<f32>,
@@ -23,15 +24,26 @@ pub struct Dense {
 enum Weights {
     F32(PackedB),
     I8(PackedI8),
+    Bf16(PackedBf16),
+}
+
+/// How a linear layer keeps its weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    F32,
+    /// Per-channel int8 with dynamically quantized activations.
+    Int8,
+    /// bfloat16, multiplied natively where the CPU has AVX512-BF16.
+    Bf16,
 }
 
 impl Dense {
     /// `w` is the checkpoint's `[out, in]`.
-    pub fn new(w: &[f32], b: Vec<f32>, inp: usize, out: usize, int8: bool) -> Self {
-        let w = if int8 {
-            Weights::I8(PackedI8::quantize(inp, out, w))
-        } else {
-            Weights::F32(PackedB::pack(inp, out, w, 1, inp))
+    pub fn new(w: &[f32], b: Vec<f32>, inp: usize, out: usize, format: WeightFormat) -> Self {
+        let w = match format {
+            WeightFormat::Int8 => Weights::I8(PackedI8::quantize(inp, out, w)),
+            WeightFormat::F32 => Weights::F32(PackedB::pack(inp, out, w, 1, inp)),
+            WeightFormat::Bf16 => Weights::Bf16(PackedBf16::pack(inp, out, w)),
         };
         Dense { w, b }
     }
@@ -66,6 +78,7 @@ impl Dense {
         match &self.w {
             Weights::F32(p) => gemm(x, p, c, ldc, epi, true),
             Weights::I8(q) => gemm_i8(x, q, c, ldc, epi, true),
+            Weights::Bf16(h) => gemm_bf16(x, h, c, ldc, epi, true),
         }
     }
 
@@ -78,6 +91,7 @@ impl Dense {
         let w = match &self.w {
             Weights::F32(p) => p.bytes(),
             Weights::I8(q) => q.bytes(),
+            Weights::Bf16(h) => h.bytes(),
         };
         w + 4 * self.b.len()
     }

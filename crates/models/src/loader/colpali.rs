@@ -10,7 +10,7 @@ use super::{
     backend_for, file_bytes, page_retriever_info, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions,
     LoadedModel, ModelInfo,
 };
-use crate::backend::{candle::Candle, cpu::Cpu};
+use crate::backend::candle::Candle;
 use crate::error::{read_json, ModelError};
 use crate::media::image::ImageProcessor;
 use crate::models::colpali::{ColPali, ColPaliConfig};
@@ -62,7 +62,7 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
-        Backend::Auto => Box::new(ColPali::load(Cpu::f32(), vb, &cfg, page_prompt)?),
+        Backend::Auto => Box::new(ColPali::load(super::cpu_kernels(opts.dtype), vb, &cfg, page_prompt)?),
         Backend::Candle => Box::new(ColPali::load(Candle::new(device.clone()), vb, &cfg, page_prompt)?),
     };
     let backend = model.compute();

@@ -386,10 +386,11 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
 fn load_as_configured(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let arch = ArchConfig::read(dir)?;
     check_remote_code(&arch, opts.trust_remote_code)?;
-    if matches!(opts.dtype, DType::Float16 | DType::BFloat16) {
+    let on_kernels = backend_for(opts, &opts.device.candle()?) == Backend::Auto;
+    if opts.dtype == DType::Float16 || (opts.dtype == DType::BFloat16 && !on_kernels) {
         return Err(ModelError::InvalidOption(format!(
-            "--dtype {} is not available on this build's devices: Aleph's CPU kernels compute float32 or int8, \
-             and its candle path float32 (use --dtype auto, float32 or int8)",
+            "--dtype {} is not available on this build's devices: Aleph's CPU kernels compute float32, bfloat16 \
+             or int8, and its candle path float32 (use --dtype auto, float32, bfloat16 or int8)",
             opts.dtype.name()
         )));
     }
@@ -518,7 +519,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
-        Backend::Auto => Box::new(Clip::load(Cpu::f32(), vb, &cfg)?),
+        Backend::Auto => Box::new(Clip::load(cpu_kernels(opts.dtype), vb, &cfg)?),
         Backend::Candle => Box::new(Clip::load(Candle::new(device.clone()), vb, &cfg)?),
     };
     let backend = model.compute();
@@ -569,7 +570,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
-        Backend::Auto => Box::new(Clap::load(Cpu::f32(), vb, &cfg)?),
+        Backend::Auto => Box::new(Clap::load(cpu_kernels(opts.dtype), vb, &cfg)?),
         Backend::Candle => Box::new(Clap::load(Candle::new(device.clone()), vb, &cfg)?),
     };
     let backend = model.compute();
@@ -646,6 +647,14 @@ fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes
 }
 
 /// Which backend computes a model: Aleph's kernels on the CPU unless `--engine candle`; candle elsewhere.
+/// Aleph's CPU kernels with the weights `--dtype` asks for (int8 is set up by each family's calibration).
+fn cpu_kernels(dtype: DType) -> Cpu {
+    match dtype {
+        DType::BFloat16 => Cpu::bf16(),
+        _ => Cpu::f32(),
+    }
+}
+
 fn backend_for(opts: &LoadOptions, device: &candle_core::Device) -> Backend {
     if device.is_cpu() {
         opts.backend

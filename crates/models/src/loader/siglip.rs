@@ -8,7 +8,7 @@ use super::{
     backend_for, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel, ModelInfo,
     Task,
 };
-use crate::backend::{candle::Candle, cpu::Cpu};
+use crate::backend::candle::Candle;
 use crate::error::{read_json, ModelError};
 use crate::media::image::ImageProcessor;
 use crate::models::siglip::{Siglip, SiglipConfig};
@@ -38,7 +38,7 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
-        Backend::Auto => Box::new(Siglip::load(Cpu::f32(), vb, &cfg, pad)?),
+        Backend::Auto => Box::new(Siglip::load(super::cpu_kernels(opts.dtype), vb, &cfg, pad)?),
         Backend::Candle => Box::new(Siglip::load(Candle::new(device.clone()), vb, &cfg, pad)?),
     };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);

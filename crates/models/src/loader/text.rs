@@ -44,6 +44,7 @@ struct Setup {
     vb: VarBuilder<'static>,
     backend: Backend,
     int8: bool,
+    dtype: DType,
     info: ModelInfo,
     /// BGE-M3's sparse and ColBERT heads, for an embedder that ships them.
     side: Option<LexicalAndColbert>,
@@ -107,6 +108,7 @@ impl Setup {
             vb,
             backend,
             int8: opts.dtype == DType::Int8,
+            dtype: opts.dtype,
             info,
             side: None,
         })
@@ -201,7 +203,7 @@ pub(super) fn load_bert_family(
                     };
                     Cpu::int8(calibrate(load, |m, o, b| m.forward(o, b).map(drop), &setup.tokenizer, vb.clone())?)
                 } else {
-                    Cpu::f32()
+                    super::cpu_kernels(opts.dtype)
                 };
                 let m = SpladeModel::load(ops, vb, &cfg, flavor, pooling)?;
                 let bytes = m.weight_bytes as u64;
@@ -524,7 +526,9 @@ fn encoder_of(
             let smoothing = calibrate(|w| family.load(w), run, &setup.tokenizer, vb.clone())?;
             (Box::new(OnBackend::load(Cpu::int8(smoothing), vb, |w| family.load(w))?), Compute::AlephCpu)
         }
-        Backend::Auto => (Box::new(OnBackend::load(Cpu::f32(), vb, |w| family.load(w))?), Compute::AlephCpu),
+        Backend::Auto => {
+            (Box::new(OnBackend::load(super::cpu_kernels(setup.dtype), vb, |w| family.load(w))?), Compute::AlephCpu)
+        }
         Backend::Candle => {
             (Box::new(OnBackend::load(Candle::new(setup.device.clone()), vb, |w| family.load(w))?), Compute::Candle)
         }

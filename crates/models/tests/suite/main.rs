@@ -2,6 +2,7 @@
 
 mod common;
 
+mod bf16_parity;
 mod bge_m3_reference;
 mod clap_reference;
 mod clip_reference;

@@ -131,16 +131,29 @@ pub fn check_classifier(model: &str, labels: &[&str]) {
 
 /// Embedder `model` with `--dtype int8`: cosine to its f32 vectors above 0.99 on the reference texts.
 pub fn check_int8_close(model: &str) {
+    check_close_to_f32(model, aleph_models::DType::Int8, 0.99);
+}
+
+/// `--dtype bfloat16` (weights rounded to bf16, and on AVX512-BF16 the GEMM inputs too) against f32: every
+/// vector at cosine `>= 0.999`.
+pub fn check_bf16_close(model: &str) {
+    check_close_to_f32(model, aleph_models::DType::BFloat16, 0.999);
+}
+
+fn check_close_to_f32(model: &str, dtype: aleph_models::DType, min_cos: f32) {
     let r = reference(model);
     let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     let dir = fixtures().join(model);
     let f32_model = load(&dir, &LoadOptions::default()).unwrap();
-    let int8 = load(&dir, &LoadOptions { dtype: aleph_models::DType::Int8, ..Default::default() }).unwrap();
+    let other = load(&dir, &LoadOptions { dtype, ..Default::default() }).unwrap();
+    assert!(other.info.weight_bytes < f32_model.info.weight_bytes, "{model}: {dtype:?} holds fewer bytes");
     let batch = text_batch(&f32_model, &texts);
-    let (a, b) = (f32_model.model.forward(&batch).unwrap().vectors, int8.model.forward(&batch).unwrap().vectors);
+    let (a, b) = (f32_model.model.forward(&batch).unwrap().vectors, other.model.forward(&batch).unwrap().vectors);
     for (x, y) in a.iter().zip(&b) {
-        let cos: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
-        assert!(cos > 0.99, "{model}: int8 cosine {cos}");
+        let dot: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+        let norm = |v: &[f32]| v.iter().map(|p| p * p).sum::<f32>().sqrt();
+        let cos = dot / (norm(x) * norm(y));
+        assert!(cos >= min_cos, "{model}: {dtype:?} cosine {cos}");
     }
 }
 

@@ -1,0 +1,312 @@
+//! GEMM with bf16 weights (`--dtype bfloat16`): `C = A · W` where `W` is kept as bfloat16, half the bytes
+//! of f32. Where the CPU has AVX512-BF16, `A`'s rows are rounded to bf16 too and a 12×32 micro-kernel
+//! multiplies pairs of them with `vdpbf16ps` (two products per f32 lane per instruction, summed in f32);
+//! elsewhere each panel of `W` is widened to f32 on the fly and the f32 kernels of `gemm` run on it, `A`
+//! staying f32.
+//!
+//! Layout: `W` (`k × n`) in panels of 32 columns; within a panel, depth pairs `(2q, 2q + 1)` of column `j` sit
+//! side by side at `(q·32 + j)·2 + {0, 1}`, which is the operand order `vdpbf16ps` reads. An odd depth is
+//! padded with a zero row.
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use super::gemm::{apply_epilogue, gemm_raw, Epilogue, MatRef, Out, PackedB};
+use super::Isa;
+
+const MR: usize = 12;
+const NR: usize = 32;
+
+/// `f32 → bf16`, rounding to nearest even (NaNs stay NaN).
+pub fn to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    if x.is_nan() {
+        return ((bits >> 16) | 0x40) as u16;
+    }
+    ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
+}
+
+pub fn from_bf16(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// A weight in bf16, packed as the module comment describes.
+#[derive(Debug, Clone, Default)]
+pub struct PackedBf16 {
+    k: usize,
+    /// Depth pairs: `k.div_ceil(2)`.
+    kp: usize,
+    n: usize,
+    data: Vec<u16>,
+}
+
+impl PackedBf16 {
+    /// Packs a checkpoint weight `w` (`[n, k]`, row `j` the weights of output `j`).
+    pub fn pack(k: usize, n: usize, w: &[f32]) -> Self {
+        let kp = k.div_ceil(2);
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0u16; panels * kp * NR * 2];
+        for j in 0..n {
+            let (p, jj) = (j / NR, j % NR);
+            let panel = &mut data[p * kp * NR * 2..];
+            for (kk, &v) in w[j * k..(j + 1) * k].iter().enumerate() {
+                panel[((kk / 2) * NR + jj) * 2 + kk % 2] = to_bf16(v);
+            }
+        }
+        PackedBf16 { k, kp, n, data }
+    }
+
+    pub fn bytes(&self) -> usize {
+        2 * self.data.len()
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    fn panel(&self, p: usize) -> &[u16] {
+        &self.data[p * self.kp * NR * 2..(p + 1) * self.kp * NR * 2]
+    }
+
+    /// Columns `p·32 ..` of the weight, widened to f32 and packed for the f32 kernels.
+    fn widen_panel(&self, p: usize, scratch: &mut Vec<f32>, out: &mut PackedB) {
+        let cols = NR.min(self.n - p * NR);
+        let panel = self.panel(p);
+        scratch.clear();
+        scratch.resize(self.k * cols, 0.0);
+        for kk in 0..self.k {
+            for j in 0..cols {
+                scratch[kk * cols + j] = from_bf16(panel[((kk / 2) * NR + j) * 2 + kk % 2]);
+            }
+        }
+        out.repack(self.k, cols, scratch, cols, 1);
+    }
+}
+
+/// Whether this CPU multiplies bf16 pairs natively (and the ISA chosen lets it).
+pub fn native() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static NATIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *NATIVE.get_or_init(|| Isa::get() == Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+thread_local! {
+    /// A task's rows of `A` as bf16 pairs (`kp` per row), or the widened panel's buffers.
+    static ROWS: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    static WIDE: RefCell<(Vec<f32>, PackedB)> = RefCell::new((Vec::new(), PackedB::default()));
+}
+
+/// `C[m × n] = A[m × k] · W`, then the epilogue; `c` row-major with row stride `ldc`.
+pub fn gemm_bf16(a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
+    gemm_on(native(), a, w, c, ldc, epi, parallel)
+}
+
+/// [`gemm_bf16`] on the native kernel or on widened panels (`native` only where [`native()`] holds).
+fn gemm_on(native: bool, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
+    let (m, n) = (a.rows, w.n);
+    assert_eq!(a.cols, w.k, "inner dimensions differ");
+    assert!(m == 0 || c.len() >= (m - 1) * ldc + n, "C is too small");
+    if let Epilogue::BiasResidual(_, r) = epi {
+        assert!(m == 0 || r.len() >= (m - 1) * ldc + n, "residual is too small");
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
+    let panels = n.div_ceil(NR);
+    let micro = m.div_ceil(MR);
+    let threads = if parallel { super::pool().current_num_threads() } else { 1 };
+    let m_tasks = if micro >= 4 * threads { threads } else { 1 };
+    let n_splits = if m_tasks >= threads { 1 } else { threads.min(panels) };
+    let run = |t: usize| {
+        let (mt, ns) = (t / n_splits, t % n_splits);
+        let rows = (mt * micro / m_tasks * MR).min(m)..((mt + 1) * micro / m_tasks * MR).min(m);
+        let per = panels.div_ceil(n_splits);
+        let cols = ns * per..((ns + 1) * per).min(panels);
+        if rows.is_empty() || cols.is_empty() {
+            return;
+        }
+        // SAFETY: tasks cover disjoint (rows, panels) rectangles of C.
+        if native {
+            ROWS.with(|buf| unsafe { native_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) });
+        } else {
+            WIDE.with(|buf| unsafe { widened_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) });
+        }
+    };
+    let tasks = m_tasks * n_splits;
+    if tasks > 1 {
+        super::pool().install(|| (0..tasks).into_par_iter().for_each(run));
+    } else {
+        run(0);
+    }
+}
+
+/// One task on AVX512-BF16: its rows rounded to bf16 pairs once, then each 12 × 32 tile over the whole depth.
+unsafe fn native_block(
+    a: MatRef,
+    pairs: &mut Vec<u32>,
+    w: &PackedBf16,
+    out: Out,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    epi: Epilogue,
+) {
+    let kp = w.kp;
+    // Whole micro-panels of rows, the tail's missing rows zero.
+    let padded = rows.len().div_ceil(MR) * MR;
+    pairs.clear();
+    pairs.resize(padded * kp, 0);
+    for (local, r) in rows.clone().enumerate() {
+        let src = &a.data[r * a.ld..r * a.ld + a.cols];
+        let dst = &mut pairs[local * kp..(local + 1) * kp];
+        for (q, d) in dst.iter_mut().enumerate() {
+            let lo = to_bf16(src[2 * q]) as u32;
+            let hi = src.get(2 * q + 1).map_or(0, |&v| to_bf16(v) as u32);
+            *d = lo | (hi << 16);
+        }
+    }
+    let isa = Isa::get();
+    let mut tile = [0f32; MR * NR];
+    for p in panels {
+        let bpanel = w.panel(p);
+        let col0 = p * NR;
+        let cols = NR.min(w.n - col0);
+        for row0 in rows.clone().step_by(MR) {
+            let local = row0 - rows.start;
+            let rows_here = MR.min(rows.end - row0);
+            #[cfg(target_arch = "x86_64")]
+            x86::kernel_12x32(kp, pairs[local * kp..].as_ptr(), kp, bpanel.as_ptr(), tile.as_mut_ptr());
+            for r in 0..rows_here {
+                let dst = std::slice::from_raw_parts_mut(out.ptr.add((row0 + r) * out.ld + col0), cols);
+                dst.copy_from_slice(&tile[r * NR..r * NR + cols]);
+            }
+            apply_epilogue(isa, epi, out.ptr.add(row0 * out.ld + col0), out.ld, row0, col0, rows_here, cols);
+        }
+    }
+}
+
+/// One task elsewhere: each panel widened to f32 and multiplied by the f32 kernels, `A` as it is.
+unsafe fn widened_block(
+    a: MatRef,
+    (scratch, wide): &mut (Vec<f32>, PackedB),
+    w: &PackedBf16,
+    out: Out,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    epi: Epilogue,
+) {
+    let sub = MatRef { data: &a.data[rows.start * a.ld..], rows: rows.len(), cols: a.cols, ld: a.ld };
+    for p in panels {
+        w.widen_panel(p, scratch, wide);
+        let col0 = p * NR;
+        // The epilogue's operands from this tile's origin on, as the sub-product sees them.
+        let epi = match epi {
+            Epilogue::None => Epilogue::None,
+            Epilogue::Bias(b) => Epilogue::Bias(&b[col0..]),
+            Epilogue::BiasGelu(b) => Epilogue::BiasGelu(&b[col0..]),
+            Epilogue::BiasResidual(b, r) => Epilogue::BiasResidual(&b[col0..], &r[rows.start * out.ld + col0..]),
+        };
+        let at = Out { ptr: out.ptr.add(rows.start * out.ld + col0), ld: out.ld };
+        gemm_raw(sub, wide, at, epi, false);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{MR, NR};
+
+    /// `acc[12 × 32] = Σ_q a_pair(r, q) · b_pair(q, j)` with `vdpbf16ps`: 24 accumulators of 16 lanes.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn kernel_12x32(kp: usize, a: *const u32, lda: usize, b: *const u16, acc: *mut f32) {
+        let mut s = [[_mm512_setzero_ps(); 2]; MR];
+        for q in 0..kp {
+            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.add(q * NR * 2) as *const _));
+            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.add(q * NR * 2 + NR) as *const _));
+            for (r, row) in s.iter_mut().enumerate() {
+                let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*a.add(r * lda + q) as i32));
+                row[0] = _mm512_dpbf16_ps(row[0], av, b0);
+                row[1] = _mm512_dpbf16_ps(row[1], av, b1);
+            }
+        }
+        for (r, row) in s.iter().enumerate() {
+            _mm512_storeu_ps(acc.add(r * NR), row[0]);
+            _mm512_storeu_ps(acc.add(r * NR + 16), row[1]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(len: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn this_machine_multiplies_bf16_natively_where_it_can() {
+        #[cfg(target_arch = "x86_64")]
+        if Isa::get() == Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16") {
+            assert!(native());
+        }
+    }
+
+    #[test]
+    fn rounds_to_nearest_even() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        assert_eq!(from_bf16(to_bf16(1.0 + 1.0 / 256.0)), 1.0, "a tie goes to the even mantissa");
+        assert_eq!(from_bf16(to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 4.0 / 256.0);
+        assert!(from_bf16(to_bf16(f32::NAN)).is_nan());
+        assert_eq!(from_bf16(to_bf16(-2.5)), -2.5);
+    }
+
+    /// Against an f64 product of the bf16-rounded weights (and, on the native path, rounded inputs): what is
+    /// left is f32 summation error.
+    #[test]
+    fn matches_the_rounded_product_on_awkward_shapes() {
+        for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (13, 33, 300), (100, 70, 513), (37, 384, 384), (3, 1152, 20)] {
+            let (a, w, bias, res) = (data(m * k, 1), data(n * k, 2), data(n, 3), data(m * n, 4));
+            let packed = PackedBf16::pack(k, n, &w);
+            let round = |v: f32| from_bf16(to_bf16(v)) as f64;
+            let paths = if native() { vec![true, false] } else { vec![false] };
+            for (on_native, parallel) in paths.into_iter().flat_map(|p| [(p, false), (p, true)]) {
+                let input = |v: f32| if on_native { round(v) } else { v as f64 };
+                let mut c = vec![f32::NAN; m * n];
+                let a_ref = MatRef { data: &a, rows: m, cols: k, ld: k };
+                gemm_on(on_native, a_ref, &packed, &mut c, n, Epilogue::BiasResidual(&bias, &res), parallel);
+                for i in 0..m {
+                    for j in 0..n {
+                        let dot: f64 = (0..k).map(|p| input(a[i * k + p]) * round(w[j * k + p])).sum();
+                        let want = dot + bias[j] as f64 + res[i * n + j] as f64;
+                        let got = c[i * n + j] as f64;
+                        assert!(
+                            (got - want).abs() < 1e-4 * (1.0 + want.abs()),
+                            "{m}x{n}x{k} ({i},{j}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
