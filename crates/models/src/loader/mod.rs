@@ -403,9 +403,8 @@ fn load_as_configured(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, Mod
         "modernbert" => return text::load_modernbert(dir, &arch, opts),
         "deberta-v2" => return text::load_deberta(dir, &arch, opts),
         "new" | "gte" | "nomic_bert" => return text::load_gte(dir, &arch, opts),
-        "qwen3" => return text::load_qwen3(dir, &arch, opts),
         "gemma3_text" => return text::load_gemma3(dir, &arch, opts),
-        "qwen2" | "mistral" | "llama" => return text::load_llama(dir, &arch, opts),
+        "qwen3" | "qwen2" | "mistral" | "llama" => return text::load_llama(dir, &arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {

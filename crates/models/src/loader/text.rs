@@ -28,7 +28,7 @@ use crate::models::gemma3::Gemma3Config;
 use crate::models::gte::{self, Gte, GteConfig};
 use crate::models::llama::{self, LlamaConfig};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
-use crate::models::qwen3::{self, Qwen3Config};
+use crate::models::qwen3;
 use crate::models::splade::{Splade, SpladeModel};
 use crate::pooling::{Pooling, PoolingChoice};
 use crate::st_config::{DenseActivation, PostModule, SentenceTransformerConfig};
@@ -329,14 +329,6 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     })
 }
 
-/// Qwen3: embedders (Qwen3-Embedding: a `Qwen3ForCausalLM` or `Qwen3Model` checkpoint whose
-/// sentence-transformers files pool the last token) and Qwen3-Reranker (a causal LM served as a reranker).
-pub(super) fn load_qwen3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
-    let cfg: Qwen3Config = read_json(&dir.join("config.json"))?;
-    let family = DecoderFamily { spec: cfg.decoder()?, name: "Qwen3", reranker: Some(LmReranker::QWEN3) };
-    load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
-}
-
 /// Gemma 3's text decoder (EmbeddingGemma: bidirectional, mean-pooled, with sentence-transformers' Dense
 /// layers after the pooling).
 pub(super) fn load_gemma3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
@@ -345,15 +337,20 @@ pub(super) fn load_gemma3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 
-/// Llama, Mistral and Qwen2 embedders (SFR-Embedding, e5-mistral-7b-instruct, gte-Qwen2-instruct), and
-/// mxbai-rerank-v2 (a Qwen2 causal LM).
+/// Llama, Mistral, Qwen2 and Qwen3 embedders (SFR-Embedding, e5-mistral-7b-instruct, gte-Qwen2-instruct,
+/// Qwen3-Embedding: `*ForCausalLM` or `*Model` checkpoints whose sentence-transformers files pool the last
+/// token) and rerankers (Qwen3-Reranker, mxbai-rerank-v2: causal LMs; converted `*ForSequenceClassification`).
 pub(super) fn load_llama(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let kind = llama::Family::from_model_type(&arch.model_type).ok_or_else(|| {
         ModelError::Unsupported(format!("model_type `{}` is not a Llama-style decoder", arch.model_type))
     })?;
     let cfg = LlamaConfig::read(&dir.join("config.json"), kind)?;
-    let mxbai = kind == llama::Family::Qwen2 && names_mxbai_rerank(dir);
-    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker: mxbai.then_some(LmReranker::MXBAI) };
+    let reranker = match kind {
+        llama::Family::Qwen3 => Some(LmReranker::QWEN3),
+        llama::Family::Qwen2 if names_mxbai_rerank(dir) => Some(LmReranker::MXBAI),
+        _ => None,
+    };
+    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker };
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 

@@ -1,7 +1,8 @@
-//! The Llama-style decoders causal LLM embedders are built on, as one config reader over `layers::decoder`:
-//! Llama (`llama`), Mistral (`mistral`: e5-mistral-7b-instruct, SFR-Embedding-Mistral; every layer attends
-//! within a sliding window) and Qwen2 (`qwen2`; biases on q, k and v). They differ in defaults, biases and
-//! windows only; the sentence-transformers files pool the last token. Checkpoints that ship their own
+//! The Llama-style decoders causal LLM embedders and rerankers are built on, as one config reader over
+//! `layers::decoder`: Llama (`llama`), Mistral (`mistral`: e5-mistral-7b-instruct, SFR-Embedding-Mistral; every
+//! layer attends within a sliding window), Qwen2 (`qwen2`: biases on q, k and v; mxbai-rerank-v2) and Qwen3
+//! (`qwen3`: per-head query/key norms; Qwen3-Embedding and Qwen3-Reranker). They differ in defaults, biases,
+//! norms and windows only; the sentence-transformers files pool the last token. Checkpoints that ship their own
 //! modeling code (bidirectional variants) are refused by the loader's remote-code check.
 
 use serde::Deserialize;
@@ -16,6 +17,7 @@ pub enum Family {
     Llama,
     Mistral,
     Qwen2,
+    Qwen3,
 }
 
 impl Family {
@@ -24,6 +26,7 @@ impl Family {
             "llama" => Some(Family::Llama),
             "mistral" => Some(Family::Mistral),
             "qwen2" => Some(Family::Qwen2),
+            "qwen3" => Some(Family::Qwen3),
             _ => None,
         }
     }
@@ -33,6 +36,7 @@ impl Family {
             Family::Llama => "Llama",
             Family::Mistral => "Mistral",
             Family::Qwen2 => "Qwen2",
+            Family::Qwen3 => "Qwen3",
         }
     }
 }
@@ -57,6 +61,7 @@ struct File {
     #[serde(default, deserialize_with = "present")]
     sliding_window: Option<Option<usize>>,
     use_sliding_window: Option<bool>,
+    layer_types: Option<Vec<String>>,
     attention_bias: Option<bool>,
     mlp_bias: Option<bool>,
 }
@@ -88,17 +93,20 @@ impl LlamaConfig {
         let (vocab, hidden, inter, kv, positions) = match family {
             Family::Llama => (32_000, 4096, 11_008, None, 2048),
             Family::Mistral => (32_000, 4096, 14_336, Some(8), 4096 * 32),
-            Family::Qwen2 => (151_936, 4096, 22_016, Some(32), 32_768),
+            Family::Qwen2 | Family::Qwen3 => (151_936, 4096, 22_016, Some(32), 32_768),
         };
         let heads = f.num_attention_heads.unwrap_or(32);
         let hidden = f.hidden_size.unwrap_or(hidden);
         if f.attention_bias == Some(true) || f.mlp_bias == Some(true) {
             return unsupported("with attention_bias or mlp_bias (biases on the output and MLP projections)".into());
         }
+        if f.layer_types.iter().flatten().any(|t| t != "full_attention") {
+            return unsupported("layer_types other than full_attention (sliding-window layers)".into());
+        }
         let window = match family {
             Family::Mistral => f.sliding_window.unwrap_or(Some(4096)),
-            // Qwen2 windows only its layers past max_window_layers, and only with use_sliding_window.
-            Family::Qwen2 if f.use_sliding_window == Some(true) => {
+            // Qwen2 and Qwen3 window only their layers past max_window_layers, and only with use_sliding_window.
+            Family::Qwen2 | Family::Qwen3 if f.use_sliding_window == Some(true) => {
                 return unsupported("use_sliding_window (windows on the upper layers only)".into())
             }
             _ => None,
@@ -118,12 +126,12 @@ impl LlamaConfig {
             layers: f.num_hidden_layers.unwrap_or(32),
             heads,
             kv_heads: f.num_key_value_heads.or(kv).unwrap_or(heads),
-            head_dim: f.head_dim.unwrap_or(hidden / heads.max(1)),
+            head_dim: f.head_dim.unwrap_or(if family == Family::Qwen3 { 128 } else { hidden / heads.max(1) }),
             act: Activation::parse(f.hidden_act.as_deref().unwrap_or("silu"))?,
             qkv_bias: family == Family::Qwen2,
             eps: f.rms_norm_eps.unwrap_or(1e-6),
             norm_plus_one: false,
-            qk_norm: false,
+            qk_norm: family == Family::Qwen3,
             causal: true,
             // transformers' sliding mask keeps keys `j > i − window`: `window − 1` tokens behind.
             window: window.map(|w| w.saturating_sub(1)),
@@ -177,12 +185,21 @@ mod tests {
         assert_eq!(read(r#"{"sliding_window": null}"#, Family::Mistral).unwrap().spec.window, None);
         let q = read(r#"{"rope_theta": 1000000.0}"#, Family::Qwen2).unwrap();
         assert_eq!((q.spec.kv_heads, q.spec.qkv_bias, q.spec.rope_theta, q.spec.window), (32, true, 1e6, None));
+        let q3 =
+            read(r#"{"rope_parameters": {"rope_type": "default", "rope_theta": 1000000}}"#, Family::Qwen3).unwrap();
+        assert_eq!((q3.spec.rope_theta, q3.spec.kv_heads, q3.spec.head_dim, q3.spec.qk_norm), (1e6, 32, 128, true));
+        assert_eq!(read("{}", Family::Qwen3).unwrap().spec.rope_theta, 10_000.0);
         let l = read(r#"{"num_attention_heads": 8, "hidden_size": 64}"#, Family::Llama).unwrap();
         assert_eq!((l.spec.kv_heads, l.spec.head_dim, l.max_position_embeddings), (8, 8, 2048));
         for (json, family, what) in [
             (r#"{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}"#, Family::Llama, "rope type"),
             (r#"{"attention_bias": true}"#, Family::Llama, "attention_bias"),
             (r#"{"use_sliding_window": true}"#, Family::Qwen2, "use_sliding_window"),
+            (r#"{"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}"#, Family::Qwen3, "rope type"),
+            (r#"{"use_sliding_window": true}"#, Family::Qwen3, "use_sliding_window"),
+            (r#"{"layer_types": ["full_attention", "sliding_attention"]}"#, Family::Qwen3, "layer_types"),
+            // Qwen3's attention_bias puts a bias on o_proj too, which the decoder does not have.
+            (r#"{"attention_bias": true}"#, Family::Qwen3, "attention_bias"),
         ] {
             let e = read(json, family).unwrap_err().to_string();
             assert!(e.contains(what), "{json}: {e}");
