@@ -74,6 +74,71 @@ impl Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// Rows `ids` of the 2-D tensor `name`, as f32, or `None` where the checkpoint has no such tensor. From
+    /// safetensors only those rows' bytes are read (an LLM's output head is 0.6-2.5 GB in f32; a reranker needs
+    /// two of its rows); pickles are loaded whole.
+    pub fn rows(&self, name: &str, ids: &[u32]) -> Result<Option<Vec<Vec<f32>>>, ModelError> {
+        let files = match self {
+            Checkpoint::Pickles(_) => {
+                let vb = self.var_builder(&candle_core::Device::Cpu)?;
+                if !vb.contains_tensor(name) {
+                    return Ok(None);
+                }
+                let t = vb.get_unchecked(name).map_err(crate::error::weights)?;
+                let rows = ids.iter().map(|&i| t.get(i as usize).and_then(|r| r.to_vec1::<f32>()));
+                return rows.collect::<Result<_, _>>().map(Some).map_err(crate::error::weights);
+            }
+            Checkpoint::Safetensors(files) => files,
+        };
+        // SAFETY: read-only maps of model files, as in `var_builder`.
+        let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
+            .map_err(|e| ModelError::BadFile { path: files[0].clone(), reason: e.to_string() })?;
+        let Ok(view) = st.get(name) else { return Ok(None) };
+        let bad = |reason: String| ModelError::BadFile { path: files[0].clone(), reason: format!("{name}: {reason}") };
+        let &[count, width] = view.shape() else { return Err(bad(format!("shape {:?}, not 2-D", view.shape()))) };
+        let size = match view.dtype() {
+            safetensors::Dtype::F32 => 4,
+            safetensors::Dtype::BF16 | safetensors::Dtype::F16 => 2,
+            other => return Err(bad(format!("dtype {other:?}"))),
+        };
+        let data = view.data();
+        let row = |id: u32| -> Result<Vec<f32>, ModelError> {
+            if id as usize >= count {
+                return Err(bad(format!("row {id} of {count}")));
+            }
+            let bytes = &data[id as usize * width * size..][..width * size];
+            Ok(match view.dtype() {
+                safetensors::Dtype::F32 => {
+                    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+                }
+                safetensors::Dtype::BF16 => bytes
+                    .chunks_exact(2)
+                    .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+                    .collect(),
+                _ => bytes.chunks_exact(2).map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect(),
+            })
+        };
+        ids.iter().map(|&id| row(id)).collect::<Result<_, _>>().map(Some)
+    }
+}
+
+/// IEEE half to f32 (subnormals, infinities and NaNs included).
+fn f16_to_f32(h: u16) -> f32 {
+    let (sign, exp, frac) = ((h >> 15) as u32, ((h >> 10) & 0x1f) as i32, (h & 0x3ff) as f32);
+    let magnitude = match exp {
+        0 => frac * (2f32).powi(-24),
+        31 if frac == 0.0 => f32::INFINITY,
+        31 => f32::NAN,
+        e => (1.0 + frac / 1024.0) * (2f32).powi(e - 15),
+    };
+    if sign == 1 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
 /// The distinct files an index's `weight_map` names, in name order.
 fn shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>, ModelError> {
     #[derive(serde::Deserialize)]
@@ -94,6 +159,36 @@ fn shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>, ModelError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn half_floats_widen_exactly() {
+        for (h, f) in [(0x3c00, 1.0), (0xc000, -2.0), (0x0001, 2f32.powi(-24)), (0x7bff, 65504.0), (0x0000, 0.0)] {
+            assert_eq!(f16_to_f32(h), f, "{h:#x}");
+        }
+        assert!(f16_to_f32(0x7e00).is_nan() && f16_to_f32(0x7c00).is_infinite());
+    }
+
+    /// Rows read from the file equal the rows of the whole tensor, in every dtype a checkpoint stores.
+    #[test]
+    fn reads_single_rows_of_a_safetensors_tensor() {
+        use candle_core::{DType, Device, Tensor};
+        let dir = std::env::temp_dir().join(format!("aleph-rows-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let table =
+            Tensor::arange(0f32, 24.0, &Device::Cpu).unwrap().affine(0.37, -3.0).unwrap().reshape((6, 4)).unwrap();
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let t = table.to_dtype(dtype).unwrap();
+            let file = dir.join("model.safetensors");
+            candle_core::safetensors::save(&HashMap::from([("lm_head.weight".to_string(), t.clone())]), &file).unwrap();
+            let ckpt = Checkpoint::find(&dir).unwrap();
+            let got = ckpt.rows("lm_head.weight", &[5, 0]).unwrap().unwrap();
+            let want = t.to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap();
+            assert_eq!(got, vec![want[5].clone(), want[0].clone()], "{dtype:?}");
+            assert!(ckpt.rows("missing.weight", &[0]).unwrap().is_none());
+            assert!(ckpt.rows("lm_head.weight", &[6]).is_err(), "a row past the table");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn prefers_safetensors_and_reads_indexes() {

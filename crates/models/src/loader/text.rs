@@ -446,19 +446,24 @@ fn load_decoder(
     };
     let vb = setup.vb.clone();
     let (encoder, backend) = encoder_of(family, &setup, decoder::root(vb))?;
-    let (h, vocab) = (family.spec.hidden, family.spec.vocab);
+    let h = family.spec.hidden;
     setup.encoder_model(dir, encoder, backend, |vb, labels| {
         let out = match yes_no {
-            // The language-model head's "yes" row minus its "no" row (the input embeddings, where tied).
+            // The language-model head's "yes" row minus its "no" row (the input embeddings, where tied): two rows
+            // read from the checkpoint, not the whole table.
             Some((yes, no)) => {
-                let lm = if vb.contains_tensor("lm_head.weight") {
-                    vb.pp("lm_head")
-                } else {
-                    decoder::root(vb.clone()).pp("embed_tokens")
+                let root = if vb.contains_tensor("model.embed_tokens.weight") { "model." } else { "" };
+                let checkpoint = Checkpoint::find(dir)?;
+                let rows = match checkpoint.rows("lm_head.weight", &[yes, no])? {
+                    Some(rows) => rows,
+                    None => checkpoint.rows(&format!("{root}embed_tokens.weight"), &[yes, no])?.ok_or_else(|| {
+                        ModelError::Unsupported("a causal LM with neither lm_head nor embed_tokens".into())
+                    })?,
                 };
-                let table = lm.get((vocab, h), "weight").map_err(weights)?;
-                let row = |id: u32| table.get(id as usize).and_then(|r| r.to_vec1::<f32>()).map_err(weights);
-                let diff: Vec<f32> = row(yes)?.iter().zip(row(no)?).map(|(y, n)| y - n).collect();
+                if rows.iter().any(|r| r.len() != h) {
+                    return Err(ModelError::Unsupported(format!("an LM head {} wide over {h} states", rows[0].len())));
+                }
+                let diff: Vec<f32> = rows[0].iter().zip(&rows[1]).map(|(y, n)| y - n).collect();
                 HostLinear::from_rows(diff, h)
             }
             None => HostLinear::load_with(vb.pp("score"), h, labels, false).map_err(weights)?,
