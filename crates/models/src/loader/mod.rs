@@ -371,6 +371,24 @@ pub struct LoadOptions {
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    // What the config alone rules out is refused before the weights are read (an 8B checkpoint takes a
+    // while); the loaded model's task is the final word.
+    let arch = ArchConfig::read(dir)?;
+    let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
+    let ruled_out = match (opts.task, arch.task()) {
+        (ModelTask::Classify, t) => !matches!(t, Task::Classify { .. }),
+        (ModelTask::Embed, t) => matches!(t, Task::Rerank | Task::Classify { .. }),
+        (ModelTask::Rerank, t) => t != Task::Rerank && !causal_lm,
+        (ModelTask::Auto, _) => false,
+    };
+    if ruled_out {
+        return Err(ModelError::InvalidOption(format!(
+            "--model-task {}: this checkpoint's config makes it {} ({})",
+            opts.task.name(),
+            arch.task().capabilities().join("/"),
+            arch.architectures.first().map_or(arch.model_type.as_str(), String::as_str)
+        )));
+    }
     let loaded = load_as_configured(dir, opts)?;
     if !opts.task.accepts(&loaded.info.task) {
         return Err(ModelError::InvalidOption(format!(
