@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::bgemm::{gemm_bf16, PackedBf16};
-use super::gemm::{gemm, gemm_raw, Epilogue, MatRef, Out, PackedB};
+use super::gemm::{gemm, Epilogue, MatRef, PackedB};
 use super::qgemm::{gemm_i8, PackedI8};
 use super::{ops, Isa};
 use crate::backend::{AttentionSpec, Disentangled, RelativeBias, ScoreBias};
@@ -142,12 +142,19 @@ pub(crate) fn layer_norm_rows(isa: Isa, x: &mut [f32], gamma: &[f32], beta: &[f3
     }
 }
 
-/// Query rows whose scores one attention task holds at once: `QUERY_BLOCK × n` floats per thread.
+/// Query rows one attention task computes at once.
 const QUERY_BLOCK: usize = 256;
+/// Keys per step of the online softmax: a task holds `QUERY_BLOCK × KEY_BLOCK` scores, whatever the length.
+const KEY_BLOCK: usize = 256;
 
 /// Self-attention for every (sequence, query head) of a packed batch:
 /// `ctx[t, head] = softmax(scale · q kᵀ) v`. `qkv` holds each token's query heads, key heads and value
 /// heads side by side (see [`AttentionSpec`]); `ctx` is `[tokens, heads · head_dim]`.
+///
+/// Blocked with an online softmax: queries go `QUERY_BLOCK` rows at a time over keys `KEY_BLOCK` at a time,
+/// each row keeping its running maximum, sum and weighted values, so no task holds more than one block of
+/// scores and key blocks that no query of the block sees (causal, windows) are skipped. DeBERTa's position
+/// terms are added over a sequence's whole square of scores (its inputs are short).
 pub(crate) fn attention(
     isa: Isa,
     qkv: &[f32],
@@ -156,9 +163,8 @@ pub(crate) fn attention(
     spec: &AttentionSpec,
     bias: ScoreBias<'_, Vec<f32>>,
 ) {
-    let AttentionSpec { heads, kv_heads, head_dim: hd, scale, .. } = *spec;
+    let heads = spec.heads;
     let (ld, width) = (spec.qkv_width(), spec.out_width());
-    let group = heads / kv_heads.max(1);
     let tokens = cu_seqlens.last().copied().unwrap_or(0);
     assert!(qkv.len() >= tokens * ld, "qkv buffer too small");
     assert!(ctx.len() >= tokens * width, "context buffer too small");
@@ -168,55 +174,148 @@ pub(crate) fn attention(
         if n == 0 {
             return;
         }
-        let kv = head / group;
-        with_scratch(|scratch| {
-            let Scratch { scores, keys, values, positions, terms } = scratch;
-            let row0 = r0 * ld;
-            let q = MatRef { data: &qkv[row0 + head * hd..], rows: n, cols: hd, ld };
-            let k = MatRef { data: &qkv[row0 + (heads + kv) * hd..], rows: n, cols: hd, ld };
-            keys.repack(hd, n, k.data, 1, ld);
-            values.repack(n, hd, &qkv[row0 + (heads + kv_heads + kv) * hd..], ld, 1);
-            // Query rows a block at a time, so a long sequence never holds `n × n` scores (DeBERTa adds its
-            // position terms over the whole square; its inputs are short).
-            let block = if matches!(bias, ScoreBias::Disentangled(_)) { n } else { QUERY_BLOCK.min(n) };
-            for b0 in (0..n).step_by(block) {
-                let rows = block.min(n - b0);
-                let qb = MatRef { data: &qkv[row0 + b0 * ld + head * hd..], rows, cols: hd, ld };
-                scores.clear();
-                scores.resize(rows * n, 0.0);
-                gemm(qb, keys, scores, n, Epilogue::None, false);
-                if let ScoreBias::Disentangled(d) = bias {
-                    add_disentangled(&d, q, k, head * hd, width, scores, positions, terms);
-                }
-                for (r, row) in scores.chunks_mut(n).enumerate() {
-                    let i = b0 + r;
-                    let (lo, hi) = spec.visible(i, n);
-                    let seen = &mut row[lo..hi];
-                    match bias {
-                        ScoreBias::None | ScoreBias::Disentangled(_) => ops::softmax(isa, seen, scale),
-                        ScoreBias::Relative(RelativeBias { table, span }) => {
-                            // Offset j − i of column j is at column j − i + span − 1 of the head's table.
-                            let t = &table[head * (2 * span - 1) + span - 1 + lo - i..][..hi - lo];
-                            seen.iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
-                            ops::softmax(isa, seen, 1.0);
-                        }
-                    }
-                    row[..lo].fill(0.0);
-                    row[hi..].fill(0.0);
-                }
-                let p = MatRef { data: scores, rows, cols: n, ld: n };
-                // The task's block (rows r0+b0.., columns head·hd..(head+1)·hd) interleaves with other
-                // heads' blocks, so it is written through the raw handle: no `&mut` slice spans them.
-                let dst = Out { ptr: out.at((r0 + b0) * width + head * hd), ld: width };
-                // SAFETY: the block lies inside ctx (asserted above: every row < total tokens, every column
-                // < width), and this (sequence, head) task is the only one touching it.
-                unsafe { gemm_raw(p, values, dst, Epilogue::None, false) };
-            }
+        let task = HeadTask { isa, qkv, spec, bias, r0, n, head, ld, width, out: &out };
+        with_scratch(|scratch| match bias {
+            ScoreBias::Disentangled(d) => task.square(scratch, &d),
+            _ => task.blocked(scratch),
         });
     };
     let seqs = cu_seqlens.len().saturating_sub(1);
     let pairs: Vec<(usize, usize)> = (0..seqs).flat_map(|s| (0..heads).map(move |hh| (s, hh))).collect();
     super::pool().install(|| pairs.into_par_iter().for_each(job));
+}
+
+/// One (sequence, query head) of [`attention`].
+struct HeadTask<'a> {
+    isa: Isa,
+    qkv: &'a [f32],
+    spec: &'a AttentionSpec,
+    bias: ScoreBias<'a, Vec<f32>>,
+    /// The sequence's first row and length.
+    r0: usize,
+    n: usize,
+    head: usize,
+    ld: usize,
+    width: usize,
+    out: &'a SharedOut,
+}
+
+impl HeadTask<'_> {
+    /// Columns of this head's key (`part` 1) or value (`part` 2) head, from row `row` of the sequence.
+    fn kv_at(&self, part: usize, row: usize) -> &[f32] {
+        let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *self.spec;
+        let kv = self.head / (heads / kv_heads.max(1));
+        let col = if part == 1 { (heads + kv) * hd } else { (heads + kv_heads + kv) * hd };
+        &self.qkv[(self.r0 + row) * self.ld + col..]
+    }
+
+    /// Query rows `b0..` of this head.
+    fn queries(&self, b0: usize, rows: usize) -> MatRef<'_> {
+        let hd = self.spec.head_dim;
+        MatRef { data: &self.qkv[(self.r0 + b0) * self.ld + self.head * hd..], rows, cols: hd, ld: self.ld }
+    }
+
+    /// Writes `rows` rows of `hd` values (`src`, row-major) as context rows `b0..` of this head.
+    fn write(&self, b0: usize, rows: usize, src: &[f32]) {
+        let hd = self.spec.head_dim;
+        for r in 0..rows {
+            let dst = self.out.at((self.r0 + b0 + r) * self.width + self.head * hd);
+            // SAFETY: the row lies inside ctx (asserted in `attention`: every row < total tokens, every column
+            // < width), and this (sequence, head) task is the only one touching these columns of it.
+            unsafe { std::ptr::copy_nonoverlapping(src[r * hd..].as_ptr(), dst, hd) };
+        }
+    }
+
+    fn blocked(&self, scratch: &mut Scratch) {
+        let (spec, n, hd) = (self.spec, self.n, self.spec.head_dim);
+        let Scratch { scores, key_blocks, value_blocks, acc, pv, .. } = scratch;
+        let blocks = n.div_ceil(KEY_BLOCK);
+        key_blocks.resize_with(blocks.max(key_blocks.len()), PackedB::default);
+        value_blocks.resize_with(blocks.max(value_blocks.len()), PackedB::default);
+        for b in 0..blocks {
+            let (c0, w) = (b * KEY_BLOCK, KEY_BLOCK.min(n - b * KEY_BLOCK));
+            key_blocks[b].repack(hd, w, self.kv_at(1, c0), 1, self.ld);
+            value_blocks[b].repack(w, hd, self.kv_at(2, c0), self.ld, 1);
+        }
+        let (mut max, mut sum) = (Vec::new(), Vec::new());
+        for b0 in (0..n).step_by(QUERY_BLOCK) {
+            let rows = QUERY_BLOCK.min(n - b0);
+            let q = self.queries(b0, rows);
+            // Visible ranges grow with the row (causal and windowed alike): the block sees their union.
+            let (first, last) = (spec.visible(b0, n).0, spec.visible(b0 + rows - 1, n).1);
+            max.clear();
+            max.resize(rows, f32::NEG_INFINITY);
+            sum.clear();
+            sum.resize(rows, 0.0);
+            acc.clear();
+            acc.resize(rows * hd, 0.0);
+            for kb in first / KEY_BLOCK..last.div_ceil(KEY_BLOCK) {
+                let (c0, w) = (kb * KEY_BLOCK, KEY_BLOCK.min(n - kb * KEY_BLOCK));
+                scores.clear();
+                scores.resize(rows * w, 0.0);
+                gemm(q, &key_blocks[kb], scores, w, Epilogue::None, false);
+                for (r, row) in scores.chunks_mut(w).enumerate() {
+                    let i = b0 + r;
+                    let (lo, hi) = spec.visible(i, n);
+                    let (lo, hi) = (lo.clamp(c0, c0 + w) - c0, hi.clamp(c0, c0 + w) - c0);
+                    if lo >= hi {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    let seen = &mut row[lo..hi];
+                    let mut scale = spec.scale;
+                    if let ScoreBias::Relative(RelativeBias { table, span }) = self.bias {
+                        // Offset j − i of column j is at column j − i + span − 1 of the head's table.
+                        let t = &table[self.head * (2 * span - 1) + span - 1 + c0 + lo - i..][..hi - lo];
+                        seen.iter_mut().zip(t).for_each(|(v, b)| *v = *v * scale + b);
+                        scale = 1.0;
+                    }
+                    let top = max[r].max(ops::row_max(seen) * scale);
+                    // The sums and values so far, rescaled to the new maximum.
+                    let keep = if max[r] == f32::NEG_INFINITY { 0.0 } else { ops::exp(max[r] - top) };
+                    sum[r] *= keep;
+                    acc[r * hd..(r + 1) * hd].iter_mut().for_each(|v| *v *= keep);
+                    max[r] = top;
+                    ops::exp_block(self.isa, seen, scale, top, &mut sum[r]);
+                    row[..lo].fill(0.0);
+                    row[hi..].fill(0.0);
+                }
+                pv.clear();
+                pv.resize(rows * hd, 0.0);
+                gemm(MatRef { data: scores, rows, cols: w, ld: w }, &value_blocks[kb], pv, hd, Epilogue::None, false);
+                ops::add(self.isa, acc, pv);
+            }
+            for (r, row) in acc.chunks_mut(hd).enumerate() {
+                let inv = if sum[r] > 0.0 { 1.0 / sum[r] } else { 0.0 };
+                row.iter_mut().for_each(|v| *v *= inv);
+            }
+            self.write(b0, rows, acc);
+        }
+    }
+
+    /// DeBERTa: the whole `n × n` square of scores, with its position terms, at once.
+    fn square(&self, scratch: &mut Scratch, d: &Disentangled<'_, Vec<f32>>) {
+        let (spec, n, hd) = (self.spec, self.n, self.spec.head_dim);
+        let Scratch { scores, keys, values, positions, terms, acc, .. } = scratch;
+        let q = self.queries(0, n);
+        let k = MatRef { data: self.kv_at(1, 0), rows: n, cols: hd, ld: self.ld };
+        keys.repack(hd, n, k.data, 1, self.ld);
+        values.repack(n, hd, self.kv_at(2, 0), self.ld, 1);
+        scores.clear();
+        scores.resize(n * n, 0.0);
+        gemm(q, keys, scores, n, Epilogue::None, false);
+        add_disentangled(d, q, k, self.head * hd, self.width, scores, positions, terms);
+        for (i, row) in scores.chunks_mut(n).enumerate() {
+            let (lo, hi) = spec.visible(i, n);
+            ops::softmax(self.isa, &mut row[lo..hi], spec.scale);
+            row[..lo].fill(0.0);
+            row[hi..].fill(0.0);
+        }
+        acc.clear();
+        acc.resize(n * hd, 0.0);
+        gemm(MatRef { data: scores, rows: n, cols: n, ld: n }, values, acc, hd, Epilogue::None, false);
+        self.write(0, n, acc);
+    }
 }
 
 /// Adds DeBERTa's content-by-position terms to one (sequence, head)'s `n × n` raw scores. Only the table rows
@@ -268,11 +367,16 @@ impl SharedOut {
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
-/// Per-thread buffers for one attention head: its scores, its packed keys and values, and (DeBERTa) its
-/// packed position table and content-by-position terms.
+/// Per-thread buffers for one attention head: a block of scores, its keys and values packed per key block,
+/// the running weighted values, and (DeBERTa) the whole packed keys and values, position table and
+/// content-by-position terms.
 #[derive(Default)]
 pub(crate) struct Scratch {
     pub scores: Vec<f32>,
+    pub key_blocks: Vec<PackedB>,
+    pub value_blocks: Vec<PackedB>,
+    pub acc: Vec<f32>,
+    pub pv: Vec<f32>,
     pub keys: PackedB,
     pub values: PackedB,
     pub positions: PackedB,

@@ -200,6 +200,20 @@ fn softmax_body(x: &mut [f32], scale: f32) {
     }
 }
 
+/// One key block of an online softmax: `x = e^(x·scale − shift)` in place, adding the new values to `sum`.
+#[inline(always)]
+fn exp_block_body(x: &mut [f32], scale: f32, shift: f32, sum: &mut f32) {
+    for v in x.iter_mut() {
+        *v = exp(*v * scale - shift);
+    }
+    *sum += lane_sum(x, |v| v);
+}
+
+/// The largest element (`-inf` for none).
+pub fn row_max(x: &[f32]) -> f32 {
+    lane_max(x)
+}
+
 /// Quantizes a row to u8 codes `0..=top` over its own `[min, max]` (asymmetric): `x ≈ scale · (q − zero)`.
 /// Writes `q` into `out` and returns `(scale, zero)`.
 #[inline(always)]
@@ -275,6 +289,7 @@ versions! {
     rms_norm(x: &mut [f32], gamma: &[f32], eps: f32) => rms_norm_body;
     mul(dst: &mut [f32], src: &[f32]) => mul_body;
     softmax(x: &mut [f32], scale: f32) => softmax_body;
+    exp_block(x: &mut [f32], scale: f32, shift: f32, sum: &mut f32) => exp_block_body;
     add(dst: &mut [f32], src: &[f32]) => add_assign;
 }
 
