@@ -131,9 +131,10 @@ pub struct PairTemplate {
     pub suffix: String,
     /// The instruction when a request gives none; `None`: the prompt has no instruction then.
     pub instruction: Option<String>,
-    /// What `{instruction}` becomes around an instruction (`{instruction}` itself for Qwen3-Reranker,
-    /// `instruction: {instruction}\n` for mxbai-rerank-v2).
-    pub instruction_format: String,
+    /// A frame around the instruction where the prompt has one (`instruction: {instruction}\n` for
+    /// mxbai-rerank-v2: no instruction, or an empty one, leaves it out); `None`: the instruction as it is
+    /// (Qwen3-Reranker).
+    pub instruction_format: Option<String>,
     /// Whether the pieces get the tokenizer's special tokens (Qwen3-Reranker's card calls the tokenizer
     /// with its defaults; mxbai-rerank-v2 turns them off).
     pub special_tokens: bool,
@@ -155,19 +156,19 @@ impl PairTemplate {
             pieces: vec![body],
             suffix: String::new(),
             instruction: Some(instruction),
-            instruction_format: "{instruction}".into(),
+            instruction_format: None,
             special_tokens: true,
         })
     }
 
     /// `piece` with its placeholders filled in one pass (a query holding `{document}` stays as written).
     fn fill(&self, piece: &str, query: &str, document: &str, instruction: Option<&str>) -> String {
-        // With a format around it, an empty instruction is none (mxbai-rerank-v2 tests it for truth).
-        let framed = self.instruction_format != "{instruction}";
-        let instruction = instruction
-            .filter(|i| !(framed && i.is_empty()))
-            .map(|i| self.instruction_format.replace("{instruction}", i))
-            .unwrap_or_default();
+        let instruction = match (&self.instruction_format, instruction) {
+            (None, i) => i.unwrap_or_default().to_string(),
+            // mxbai-rerank-v2 tests the instruction for truth: an empty one is none.
+            (Some(frame), Some(i)) if !i.is_empty() => frame.replace("{instruction}", i),
+            (Some(_), _) => String::new(),
+        };
         let (mut out, mut rest) = (String::new(), piece);
         while let Some(at) = rest.find('{') {
             out.push_str(&rest[..at]);
@@ -504,12 +505,15 @@ mod tests {
             pieces: vec!["<I>: {instruction} <Q>: {query} <D>: {document} {other}".into()],
             suffix: String::new(),
             instruction: Some("find {document}".into()),
-            instruction_format: "[{instruction}]".into(),
+            instruction_format: Some("[{instruction}]".into()),
             special_tokens: true,
         };
         let filled = t.fill(&t.pieces[0], "q {query}", "d", t.instruction.as_deref());
         assert_eq!(filled, "<I>: [find {document}] <Q>: q {query} <D>: d {other}");
         assert_eq!(t.fill("{instruction}<Q>: {query}", "q", "d", None), "<Q>: q");
+        assert_eq!(t.fill("{instruction}<Q>: {query}", "q", "d", Some("")), "<Q>: q", "framed: empty is none");
+        let bare = PairTemplate { instruction_format: None, ..t.clone() };
+        assert_eq!(bare.fill("<I>: {instruction}|", "q", "d", Some("")), "<I>: |", "bare: kept as given");
     }
 
     #[test]

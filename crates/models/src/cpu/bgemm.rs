@@ -10,9 +10,7 @@
 
 use std::cell::RefCell;
 
-use rayon::prelude::*;
-
-use super::gemm::{apply_epilogue, gemm_raw, Epilogue, MatRef, Out, PackedB};
+use super::gemm::{apply_epilogue, gemm_raw, split_tiles, Epilogue, MatRef, Out, PackedB};
 use super::Isa;
 
 const MR: usize = 12;
@@ -124,32 +122,14 @@ fn gemm_on(native: bool, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, e
         return;
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
-    let panels = n.div_ceil(NR);
-    let micro = m.div_ceil(MR);
-    let threads = if parallel { super::pool().current_num_threads() } else { 1 };
-    let m_tasks = if micro >= 4 * threads { threads } else { 1 };
-    let n_splits = if m_tasks >= threads { 1 } else { threads.min(panels) };
-    let run = |t: usize| {
-        let (mt, ns) = (t / n_splits, t % n_splits);
-        let rows = (mt * micro / m_tasks * MR).min(m)..((mt + 1) * micro / m_tasks * MR).min(m);
-        let per = panels.div_ceil(n_splits);
-        let cols = ns * per..((ns + 1) * per).min(panels);
-        if rows.is_empty() || cols.is_empty() {
-            return;
-        }
-        // SAFETY: tasks cover disjoint (rows, panels) rectangles of C.
+    split_tiles(m, MR, n.div_ceil(NR), parallel, |rows, cols| {
+        // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
         if native {
             ROWS.with(|buf| unsafe { native_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) });
         } else {
             WIDE.with(|buf| unsafe { widened_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) });
         }
-    };
-    let tasks = m_tasks * n_splits;
-    if tasks > 1 {
-        super::pool().install(|| (0..tasks).into_par_iter().for_each(run));
-    } else {
-        run(0);
-    }
+    });
 }
 
 /// One task on AVX512-BF16: its rows rounded to bf16 pairs once, then each 12 × 32 tile over the whole depth.
@@ -252,25 +232,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    fn data(len: usize, seed: u32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
-
-    #[test]
-    fn this_machine_multiplies_bf16_natively_where_it_can() {
-        #[cfg(target_arch = "x86_64")]
-        if Isa::get() == Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16") {
-            assert!(native());
-        }
-    }
+    use crate::cpu::test_values as data;
 
     #[test]
     fn rounds_to_nearest_even() {

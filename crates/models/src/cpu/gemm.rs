@@ -172,28 +172,42 @@ pub(crate) unsafe fn gemm_raw(a: MatRef, b: &PackedB, out: Out, epi: Epilogue, p
         return;
     }
     let isa = Isa::get();
-    let panels = n.div_ceil(b.nr);
-    let mr = isa.mr();
+    let (panels, mr) = (n.div_ceil(b.nr), isa.mr());
+    split_tiles(m, mr, panels, parallel, |rows, cols| {
+        // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
+        unsafe { gemm_block(isa, a, b, out, rows, cols, epi) }
+    });
+}
+
+/// Splits a product's `m` rows (in micro-panels of `mr`) and `panels` column panels into one task per compute
+/// thread, by balanced contiguous row ranges, or by columns when the rows are few, and runs `f(rows, panels)`
+/// for each non-empty one (on the compute pool when `parallel` and there are several). The f32, int8 and bf16
+/// GEMMs share it.
+pub(crate) fn split_tiles(
+    m: usize,
+    mr: usize,
+    panels: usize,
+    parallel: bool,
+    f: impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Send + Sync,
+) {
     let micro = m.div_ceil(mr);
     let threads = if parallel { super::pool().current_num_threads() } else { 1 };
-    // Balanced contiguous row ranges, one per thread; columns are split too when rows are few.
     let m_tasks = if micro >= 4 * threads { threads } else { 1 };
-    let n_splits = if m_tasks >= threads { 1 } else { threads.div_ceil(m_tasks).min(panels) };
-    let tasks = m_tasks * n_splits;
+    let n_splits = if m_tasks >= threads { 1 } else { threads.min(panels) };
     let run = |t: usize| {
         let (mt, ns) = (t / n_splits, t % n_splits);
         let rows = (mt * micro / m_tasks * mr).min(m)..((mt + 1) * micro / m_tasks * mr).min(m);
         let per = panels.div_ceil(n_splits);
         let cols = ns * per..((ns + 1) * per).min(panels);
-        if !cols.is_empty() && !rows.is_empty() {
-            // SAFETY: tasks cover disjoint (rows, panels) rectangles of C.
-            unsafe { gemm_block(isa, a, b, out, rows, cols, epi) };
+        if !rows.is_empty() && !cols.is_empty() {
+            f(rows, cols);
         }
     };
-    if tasks > 1 && threads > 1 {
+    let tasks = m_tasks * n_splits;
+    if tasks > 1 {
         super::pool().install(|| (0..tasks).into_par_iter().for_each(run));
     } else {
-        (0..tasks).for_each(run);
+        run(0);
     }
 }
 
@@ -450,17 +464,7 @@ mod tests {
         c
     }
 
-    fn data(len: usize, seed: u32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::cpu::test_values as data;
 
     #[test]
     fn matches_naive_on_awkward_shapes() {

@@ -67,6 +67,20 @@ fn detect() -> Isa {
     Isa::Scalar
 }
 
+/// Deterministic values in `[-1, 1)` for the kernels' tests (xorshift from `seed`).
+#[cfg(test)]
+pub(crate) fn test_values(len: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x % 2000) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
 /// Compute threads for the forward pass: `ALEPH_COMPUTE_THREADS`, else one per core.
 pub fn pool() -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();

@@ -6,9 +6,7 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-use rayon::prelude::*;
-
-use super::gemm::{apply_epilogue, Epilogue, MatRef, Out};
+use super::gemm::{apply_epilogue, split_tiles, Epilogue, MatRef, Out};
 use super::{ops, Isa};
 
 const MR: usize = 12;
@@ -178,32 +176,14 @@ pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue
         return;
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
-    let panels = n.div_ceil(NR);
-    let micro = m.div_ceil(MR);
-    let threads = if parallel { super::pool().current_num_threads() } else { 1 };
-    let m_tasks = if micro >= 4 * threads { threads } else { 1 };
-    let n_splits = if m_tasks >= threads { 1 } else { threads.min(panels) };
-    let run = |t: usize| {
-        let (mt, ns) = (t / n_splits, t % n_splits);
-        let rows = (mt * micro / m_tasks * MR).min(m)..((mt + 1) * micro / m_tasks * MR).min(m);
-        let per = panels.div_ceil(n_splits);
-        let cols = ns * per..((ns + 1) * per).min(panels);
-        if rows.is_empty() || cols.is_empty() {
-            return;
-        }
+    split_tiles(m, MR, n.div_ceil(NR), parallel, |rows, cols| {
         ROWS.with(|buf| {
             let quant = &mut *buf.borrow_mut();
             quantize_rows(a, rows.clone(), w, quant);
-            // SAFETY: tasks cover disjoint (rows, panels) rectangles of C.
+            // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
             unsafe { block(quant, w, out, rows, cols, epi) };
-        });
-    };
-    let tasks = m_tasks * n_splits;
-    if tasks > 1 {
-        super::pool().install(|| (0..tasks).into_par_iter().for_each(run));
-    } else {
-        run(0);
-    }
+        })
+    });
 }
 
 /// One task: its quantized rows (starting at `rows.start`) against panels `panels` of the weight.

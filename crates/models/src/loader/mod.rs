@@ -389,7 +389,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
             arch.architectures.first().map_or(arch.model_type.as_str(), String::as_str)
         )));
     }
-    let loaded = load_as_configured(dir, opts)?;
+    let loaded = load_as_configured(dir, arch, opts)?;
     if !opts.task.accepts(&loaded.info.task) {
         return Err(ModelError::InvalidOption(format!(
             "--model-task {}: this checkpoint loads as {} ({})",
@@ -401,8 +401,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     Ok(loaded)
 }
 
-fn load_as_configured(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
-    let arch = ArchConfig::read(dir)?;
+fn load_as_configured(dir: &Path, arch: ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     check_remote_code(&arch, opts.trust_remote_code)?;
     let on_kernels = backend_for(opts, &opts.device.candle()?) == Backend::Auto;
     if opts.dtype == DType::Float16 || (opts.dtype == DType::BFloat16 && !on_kernels) {

@@ -43,7 +43,6 @@ struct Setup {
     device: candle_core::Device,
     vb: VarBuilder<'static>,
     backend: Backend,
-    int8: bool,
     dtype: DType,
     info: ModelInfo,
     /// BGE-M3's sparse and ColBERT heads, for an embedder that ships them.
@@ -99,19 +98,7 @@ impl Setup {
             prompts: st.prompts.clone(),
             takes_instruction: false,
         };
-        Ok(Setup {
-            st,
-            task,
-            pooling,
-            tokenizer,
-            device,
-            vb,
-            backend,
-            int8: opts.dtype == DType::Int8,
-            dtype: opts.dtype,
-            info,
-            side: None,
-        })
+        Ok(Setup { st, task, pooling, tokenizer, device, vb, backend, dtype: opts.dtype, info, side: None })
     }
 
     fn finish(
@@ -197,7 +184,7 @@ pub(super) fn load_bert_family(
         }
         let (model, backend, bytes): (Arc<dyn Model>, Compute, u64) = match setup.backend {
             Backend::Auto => {
-                let ops = if setup.int8 {
+                let ops = if setup.dtype == DType::Int8 {
                     let load = |w: &Weights<'_, Recording<Cpu>>| {
                         Splade::load(w, &bert::encoder_weights(w), &cfg, flavor, pooling)
                     };
@@ -523,7 +510,7 @@ fn encoder_of(
     vb: VarBuilder<'static>,
 ) -> Result<(Box<dyn Encoder>, Compute), ModelError> {
     Ok(match setup.backend {
-        Backend::Auto if setup.int8 => {
+        Backend::Auto if setup.dtype == DType::Int8 => {
             let run = |m: &_, o: &Recording<Cpu>, b: &Batch| TokenEncoder::forward(m, o, b).map(drop);
             let smoothing = calibrate(|w| family.load(w), run, &setup.tokenizer, vb.clone())?;
             (Box::new(OnBackend::load(Cpu::int8(smoothing), vb, |w| family.load(w))?), Compute::AlephCpu)

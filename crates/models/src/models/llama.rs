@@ -165,7 +165,7 @@ pub fn mxbai_reranker_template(instruction: Option<String>) -> PairTemplate {
         ],
         suffix: "<|im_end|>\n<|im_start|>assistant\n".into(),
         instruction,
-        instruction_format: "instruction: {instruction}\n".into(),
+        instruction_format: Some("instruction: {instruction}\n".into()),
         special_tokens: false,
     }
 }

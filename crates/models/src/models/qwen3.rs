@@ -14,7 +14,7 @@ pub fn reranker_template(instruction: Option<String>) -> PairTemplate {
         pieces: vec!["<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}".into()],
         suffix: "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n".into(),
         instruction: Some(instruction.unwrap_or_else(|| DEFAULT_INSTRUCTION.into())),
-        instruction_format: "{instruction}".into(),
+        instruction_format: None,
         special_tokens: true,
     }
 }
