@@ -89,12 +89,12 @@ fn build<O: Ops>(ops: O, a: &Args) -> anyhow::Result<Box<dyn Pages>> {
     Ok(match a.family.as_str() {
         "colpali" => {
             let cfg: ColPaliConfig = serde_json::from_value(colpali_config(a))?;
-            Box::new(ColPali::load(ops, vb, &cfg, (1..=6).collect())?)
+            Box::new(ColPali::load(ops, vb, None, &cfg, (1..=6).collect())?)
         }
         "colqwen2" => {
             let cfg: ColQwen2Config = serde_json::from_value(colqwen2_config(a))?;
             let page = PagePrompt { before: (1..=5).collect(), after: (6..=16).collect() };
-            Box::new(ColQwen2::load(ops, vb, &cfg, page)?)
+            Box::new(ColQwen2::load(ops, vb, None, &cfg, page)?)
         }
         other => anyhow::bail!("unknown family `{other}` (colpali or colqwen2)"),
     })

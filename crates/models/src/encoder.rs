@@ -1,11 +1,14 @@
 //! What every encoder backend produces: one hidden state per real token, packed like the batch.
 
+use std::sync::Arc;
+
 use candle_nn::VarBuilder;
 
 use crate::backend::Ops;
 use crate::batch::Batch;
 use crate::error::ModelError;
 use crate::layers::Weights;
+use crate::loader::MappedTensors;
 
 /// Turns a batch into per-token hidden states. Heads (pooling, classifiers) work on the result.
 pub trait Encoder: Send + Sync {
@@ -31,13 +34,15 @@ pub struct OnBackend<O: Ops, M> {
 }
 
 impl<O: Ops, M: TokenEncoder<O>> OnBackend<O, M> {
-    /// Reads the model with `load` from weights rooted at `vb`, prepared by `ops`.
+    /// Reads the model with `load` from weights rooted at `vb` (tables read in place from `mapped`, the
+    /// same files mapped, where the backend can), prepared by `ops`.
     pub fn load(
         ops: O,
         vb: VarBuilder,
+        mapped: Option<Arc<MappedTensors>>,
         load: impl FnOnce(&Weights<O>) -> Result<M, ModelError>,
     ) -> Result<Self, ModelError> {
-        let model = load(&Weights::new(vb, &ops))?;
+        let model = load(&Weights::new(vb, &ops).with_mapped(mapped))?;
         Ok(OnBackend { ops, model })
     }
 }

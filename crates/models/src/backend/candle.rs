@@ -140,6 +140,7 @@ impl Ops for Candle {
     type T = Tensor;
     type Linear = Linear;
     type Param = Tensor;
+    type Table = Tensor;
     type Seqs = Seqs;
 
     fn compute(&self) -> Compute {
@@ -156,12 +157,20 @@ impl Ops for Candle {
         t.to_device(&self.device).map_err(weights)
     }
 
+    fn table(&self, t: Tensor) -> Result<Tensor, ModelError> {
+        self.param(t)
+    }
+
     fn linear_bytes(&self, l: &Linear) -> usize {
         4 * (l.weight_t.elem_count() + l.bias.as_ref().map_or(0, Tensor::elem_count))
     }
 
     fn param_bytes(&self, p: &Tensor) -> usize {
         4 * p.elem_count()
+    }
+
+    fn table_bytes(&self, t: &Tensor) -> usize {
+        self.param_bytes(t)
     }
 
     fn empty(&self) -> Result<Tensor, ModelError> {

@@ -103,7 +103,17 @@ fn linear_and_norm<O: Ops>(o: &O, name: &str) {
 
 fn embed<O: Ops>(o: &O, name: &str) {
     let (a, b) = (values(4 * 3, 7), values(6 * 3, 8));
-    let (ta, tb) = (o.param(tensor(&a, 4, 3)).unwrap(), o.param(tensor(&b, 6, 3)).unwrap());
+    let ta = o.table(tensor(&a, 4, 3)).unwrap();
+    // The second table read in place from a mapped checkpoint where the backend can.
+    let dir = std::env::temp_dir().join(format!("aleph-conformance-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("model.safetensors");
+    candle_core::safetensors::save(&std::collections::HashMap::from([("t".to_string(), tensor(&b, 6, 3))]), &file)
+        .unwrap();
+    let mapped = crate::loader::Checkpoint::find(&dir).unwrap().mapped().unwrap().unwrap();
+    let tb =
+        o.mapped_table(&mapped.matrix("t").unwrap().unwrap()).unwrap_or_else(|| o.table(tensor(&b, 6, 3)).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
     let (ia, ib) = ([3u32, 0, 3], [5u32, 1, 0]);
     let mut y = o.empty().unwrap();
     o.embed(&mut y, 3, &[(&ta, &ia), (&tb, &ib)]).unwrap();
@@ -111,6 +121,11 @@ fn embed<O: Ops>(o: &O, name: &str) {
         (0..9).map(|e| a[ia[e / 3] as usize * 3 + e % 3] as f64 + b[ib[e / 3] as usize * 3 + e % 3] as f64).collect();
     close(&o.host(&y).unwrap(), &want, 1e-6, &format!("{name} embed"));
     assert!(o.embed(&mut y, 3, &[(&ta, &[4])]).is_err(), "{name}: an id past the table is an error");
+    assert!(o.embed(&mut y, 3, &[(&tb, &[6])]).is_err(), "{name}: an id past the mapped table is an error");
+    let mut z = o.upload(2, 3, vec![1.0; 6]).unwrap();
+    o.add_rows(&mut z, &tb, &[2, 5]).unwrap();
+    let want: Vec<f64> = (0..6).map(|e| 1.0 + b[[2, 5][e / 3] * 3 + e % 3] as f64).collect();
+    close(&o.host(&z).unwrap(), &want, 1e-6, &format!("{name} add_rows from the second table"));
 }
 
 /// `softmax(scale · q kᵀ) v` per sequence and query head, from the fused layout.
@@ -303,7 +318,7 @@ fn rms_glu_and_rows<O: Ops>(o: &O, name: &str) {
     let mut out = o.empty().unwrap();
     o.gather_rows(&mut out, &[&a, &b], &[(1, 2), (0, 0), (1, 0)]).unwrap();
     let table = values(5 * 4, 13);
-    o.add_rows(&mut out, &o.param(tensor(&table, 5, 4)).unwrap(), &[4, 0, 4]).unwrap();
+    o.add_rows(&mut out, &o.table(tensor(&table, 5, 4)).unwrap(), &[4, 0, 4]).unwrap();
     let picked = [&bv[8..12], &av[0..4], &bv[0..4]];
     let want: Vec<f64> =
         (0..12).map(|e| picked[e / 4][e % 4] as f64 + table[[4, 0, 4][e / 4] * 4 + e % 4] as f64).collect();

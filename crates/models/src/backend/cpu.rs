@@ -12,7 +12,7 @@ use crate::cpu::gemm::{gemm, Epilogue, MatRef};
 use crate::cpu::layers::{attention, host, layer_norm_rows, with_scratch, Dense, Scratch, WeightFormat};
 use crate::cpu::{ops, Isa};
 use crate::error::{weights, ModelError};
-use crate::loader::Compute;
+use crate::loader::{Compute, MappedMatrix};
 
 /// How much of an activation outlier moves into the weight (SmoothQuant's α).
 pub const SMOOTH_ALPHA: f32 = 0.5;
@@ -80,10 +80,50 @@ impl Mat {
     }
 }
 
+/// An embedding table: held as f32, or read in place from the mapped checkpoint (a decoder's 150k-row
+/// vocabulary costs no memory beyond the pages of the rows a workload touches).
+pub enum Table {
+    Held { data: Vec<f32>, rows: usize, cols: usize },
+    Mapped(MappedMatrix),
+}
+
+impl Table {
+    fn check(&self, ids: &[u32], width: usize) -> Result<(), ModelError> {
+        let (rows, cols) = match self {
+            Table::Held { rows, cols, .. } => (*rows, *cols),
+            Table::Mapped(m) => (m.rows(), m.cols()),
+        };
+        if cols != width {
+            return Err(ModelError::Forward(format!("a {cols}-wide table read as {width}-wide")));
+        }
+        match ids.iter().find(|&&id| id as usize >= rows) {
+            Some(id) => Err(ModelError::Forward(format!("id {id} is outside an embedding table"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes row `r` into `dst`, or adds it with `add`.
+    fn row_into(&self, r: usize, dst: &mut [f32], add: bool) -> Result<(), ModelError> {
+        match self {
+            Table::Held { data, cols, .. } => {
+                let src = &data[r * cols..][..*cols];
+                if add {
+                    ops::add_assign(dst, src);
+                } else {
+                    dst.copy_from_slice(src);
+                }
+                Ok(())
+            }
+            Table::Mapped(m) => m.row_into(r, dst, add),
+        }
+    }
+}
+
 impl Ops for Cpu {
     type T = Mat;
     type Linear = Dense;
     type Param = Vec<f32>;
+    type Table = Table;
     type Seqs = Vec<usize>;
 
     fn compute(&self) -> Compute {
@@ -109,12 +149,28 @@ impl Ops for Cpu {
         host(t).map_err(weights)
     }
 
+    fn table(&self, t: Tensor) -> Result<Table, ModelError> {
+        let (rows, cols) = t.dims2().map_err(weights)?;
+        Ok(Table::Held { data: host(t).map_err(weights)?, rows, cols })
+    }
+
+    fn mapped_table(&self, m: &MappedMatrix) -> Option<Table> {
+        Some(Table::Mapped(m.clone()))
+    }
+
     fn linear_bytes(&self, l: &Dense) -> usize {
         l.bytes()
     }
 
     fn param_bytes(&self, p: &Vec<f32>) -> usize {
         4 * p.len()
+    }
+
+    fn table_bytes(&self, t: &Table) -> usize {
+        match t {
+            Table::Held { data, .. } => 4 * data.len(),
+            Table::Mapped(_) => 0,
+        }
     }
 
     fn empty(&self) -> Result<Mat, ModelError> {
@@ -144,25 +200,18 @@ impl Ops for Cpu {
         Ok(cu_seqlens.to_vec())
     }
 
-    fn embed(&self, out: &mut Mat, width: usize, tables: &[(&Vec<f32>, &[u32])]) -> Result<(), ModelError> {
+    fn embed(&self, out: &mut Mat, width: usize, tables: &[(&Table, &[u32])]) -> Result<(), ModelError> {
         let rows = tables.first().map_or(0, |(_, ids)| ids.len());
         for (table, ids) in tables {
             if ids.len() != rows {
                 return Err(ModelError::Forward("embedding id lists differ in length".into()));
             }
-            if let Some(&id) = ids.iter().find(|&&id| (id as usize + 1) * width > table.len()) {
-                return Err(ModelError::Forward(format!("id {id} is outside an embedding table")));
-            }
+            table.check(ids, width)?;
         }
         out.reshape_for(rows, width);
         for (r, row) in out.data.chunks_exact_mut(width.max(1)).enumerate().take(rows) {
             for (k, (table, ids)) in tables.iter().enumerate() {
-                let src = &table[ids[r] as usize * width..][..width];
-                if k == 0 {
-                    row.copy_from_slice(src);
-                } else {
-                    ops::add_assign(row, src);
-                }
+                table.row_into(ids[r] as usize, row, k > 0)?;
             }
         }
         Ok(())
@@ -187,16 +236,14 @@ impl Ops for Cpu {
         Ok(())
     }
 
-    fn add_rows(&self, x: &mut Mat, table: &Vec<f32>, ids: &[u32]) -> Result<(), ModelError> {
+    fn add_rows(&self, x: &mut Mat, table: &Table, ids: &[u32]) -> Result<(), ModelError> {
         let w = x.cols;
         if ids.len() != x.rows {
             return Err(ModelError::Forward("one table row per row is needed".into()));
         }
-        if let Some(&id) = ids.iter().find(|&&id| (id as usize + 1) * w > table.len()) {
-            return Err(ModelError::Forward(format!("id {id} is outside a table")));
-        }
+        table.check(ids, w)?;
         for (row, &id) in x.data.chunks_exact_mut(w.max(1)).zip(ids) {
-            ops::add_assign(row, &table[id as usize * w..][..w]);
+            table.row_into(id as usize, row, true)?;
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ use std::borrow::Cow;
 use candle_core::Tensor;
 
 use crate::error::ModelError;
-use crate::loader::Compute;
+use crate::loader::{Compute, MappedMatrix};
 
 /// The activations transformers names in `hidden_act` (its `ACT2FN` table) that Aleph computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,8 +222,10 @@ pub trait Ops: Send + Sync + Sized + 'static {
     type T: Send + Sync;
     /// A linear layer's weight (and bias), prepared once at load.
     type Linear: Send + Sync;
-    /// An f32 vector or table kept on the device: norm gains, embedding tables.
+    /// An f32 vector kept on the device: norm gains, biases, a class token.
     type Param: Send + Sync;
+    /// An embedding table (token, position, token-type rows) where the backend reads its rows.
+    type Table: Send + Sync;
     /// One forward pass's sequence layout, built once and shared by every attention layer.
     type Seqs: Send + Sync;
 
@@ -234,9 +236,17 @@ pub trait Ops: Send + Sync + Sized + 'static {
     /// across loads (int8 smoothing keys its statistics by it).
     fn linear(&self, w: Tensor, b: Option<Tensor>, name: &str) -> Result<Self::Linear, ModelError>;
     fn param(&self, t: Tensor) -> Result<Self::Param, ModelError>;
+    fn table(&self, t: Tensor) -> Result<Self::Table, ModelError>;
+    /// A table read in place from the memory-mapped checkpoint, where the backend can (Aleph's CPU
+    /// kernels); `None` has the caller load it through [`Ops::table`].
+    fn mapped_table(&self, _m: &MappedMatrix) -> Option<Self::Table> {
+        None
+    }
     /// Bytes the prepared layer holds.
     fn linear_bytes(&self, l: &Self::Linear) -> usize;
     fn param_bytes(&self, p: &Self::Param) -> usize;
+    /// Bytes the table holds in memory (none for a mapped one: its pages belong to the file).
+    fn table_bytes(&self, t: &Self::Table) -> usize;
 
     /// A destination for outputs; its shape is set by whatever writes it.
     fn empty(&self) -> Result<Self::T, ModelError>;
@@ -257,7 +267,7 @@ pub trait Ops: Send + Sync + Sized + 'static {
 
     /// `out[r] = Σ_k tables[k].0[tables[k].1[r]]`: rows gathered from each `width`-wide table and summed,
     /// in the order given. Every id list has the same length; callers check ids against the tables.
-    fn embed(&self, out: &mut Self::T, width: usize, tables: &[(&Self::Param, &[u32])]) -> Result<(), ModelError>;
+    fn embed(&self, out: &mut Self::T, width: usize, tables: &[(&Self::Table, &[u32])]) -> Result<(), ModelError>;
     /// `out = post(x · wᵀ + b)`.
     fn linear_fwd(
         &self,
@@ -267,7 +277,7 @@ pub trait Ops: Send + Sync + Sized + 'static {
         out: &mut Self::T,
     ) -> Result<(), ModelError>;
     /// `x[r] += table[ids[r]]`: positions added to patch embeddings.
-    fn add_rows(&self, x: &mut Self::T, table: &Self::Param, ids: &[u32]) -> Result<(), ModelError>;
+    fn add_rows(&self, x: &mut Self::T, table: &Self::Table, ids: &[u32]) -> Result<(), ModelError>;
     /// `out[r] = parts[rows[r].0][rows[r].1]`: rows picked from several matrices of one width (pooled
     /// rows, a class token before patches).
     fn gather_rows(&self, out: &mut Self::T, parts: &[&Self::T], rows: &[(u32, u32)]) -> Result<(), ModelError>;

@@ -10,7 +10,7 @@ use candle_core::Tensor;
 
 use super::{Activation, AttentionSpec, Norm, Ops, Post, ScoreBias};
 use crate::error::ModelError;
-use crate::loader::Compute;
+use crate::loader::{Compute, MappedMatrix};
 
 pub struct Recording<O: Ops> {
     inner: O,
@@ -48,6 +48,7 @@ impl<O: Ops> Ops for Recording<O> {
     type T = O::T;
     type Linear = (O::Linear, String);
     type Param = O::Param;
+    type Table = O::Table;
     type Seqs = O::Seqs;
 
     fn compute(&self) -> Compute {
@@ -62,12 +63,24 @@ impl<O: Ops> Ops for Recording<O> {
         self.inner.param(t)
     }
 
+    fn table(&self, t: Tensor) -> Result<O::Table, ModelError> {
+        self.inner.table(t)
+    }
+
+    fn mapped_table(&self, m: &MappedMatrix) -> Option<O::Table> {
+        self.inner.mapped_table(m)
+    }
+
     fn linear_bytes(&self, l: &Self::Linear) -> usize {
         self.inner.linear_bytes(&l.0)
     }
 
     fn param_bytes(&self, p: &O::Param) -> usize {
         self.inner.param_bytes(p)
+    }
+
+    fn table_bytes(&self, t: &O::Table) -> usize {
+        self.inner.table_bytes(t)
     }
 
     fn empty(&self) -> Result<O::T, ModelError> {
@@ -94,7 +107,7 @@ impl<O: Ops> Ops for Recording<O> {
         self.inner.seqs(cu_seqlens)
     }
 
-    fn embed(&self, out: &mut O::T, width: usize, tables: &[(&O::Param, &[u32])]) -> Result<(), ModelError> {
+    fn embed(&self, out: &mut O::T, width: usize, tables: &[(&O::Table, &[u32])]) -> Result<(), ModelError> {
         self.inner.embed(out, width, tables)
     }
 
@@ -103,7 +116,7 @@ impl<O: Ops> Ops for Recording<O> {
         self.inner.linear_fwd(x, &l.0, post, out)
     }
 
-    fn add_rows(&self, x: &mut O::T, table: &O::Param, ids: &[u32]) -> Result<(), ModelError> {
+    fn add_rows(&self, x: &mut O::T, table: &O::Table, ids: &[u32]) -> Result<(), ModelError> {
         self.inner.add_rows(x, table, ids)
     }
 

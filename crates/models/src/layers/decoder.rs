@@ -9,7 +9,7 @@
 use crate::backend::{Activation, AttentionSpec, Norm, Ops};
 use crate::batch::Batch;
 use crate::encoder::TokenEncoder;
-use crate::error::{weights, ModelError};
+use crate::error::ModelError;
 
 use super::block::{LayerBuffers, PreNormLayer, SandwichNorms};
 use super::rotary::{angles, inv_freq, tables};
@@ -115,14 +115,9 @@ impl<O: Ops> Decoder<O> {
         spec.check(family)?;
         let start = w.bytes();
         let (v, h) = (spec.vocab, spec.hidden);
-        let embeddings = match spec.embed_scale {
-            None => TextEmbeddings::words(&w.pp("embed_tokens"), v, h)?,
-            // Folded into the table, the scale rounded to f32 first as transformers does.
-            Some(scale) => {
-                let table = w.vb().pp("embed_tokens").get((v, h), "weight").map_err(weights)?;
-                TextEmbeddings::from_table(w.param_from((table * scale as f64).map_err(weights)?)?, v, h)
-            }
-        };
+        // Gemma's scale multiplies each row as it is read, rounded to f32 first as transformers does.
+        let table = w.pp("embed_tokens").scaled_table(v, h, spec.embed_scale.unwrap_or(1.0))?;
+        let embeddings = TextEmbeddings::from_table(table, v, h);
         let (layers, norm) = (load_layers(w, spec)?, w.pp("norm").rms_norm(h, spec.eps, spec.norm_plus_one)?);
         let inv_freq = inv_freq(spec.rope_theta, spec.head_dim);
         let local_freq = spec.local.as_ref().map(|l| super::rotary::inv_freq(l.rope_theta, spec.head_dim));

@@ -9,13 +9,13 @@ use crate::error::ModelError;
 use super::Weights;
 
 pub struct TextEmbeddings<O: Ops> {
-    word: O::Param,
+    word: O::Table,
     vocab: usize,
     hidden: usize,
     /// The absolute position table and the position of each sequence's first token (RoBERTa's `pad + 1`).
-    position: Option<(O::Param, usize)>,
+    position: Option<(O::Table, usize)>,
     /// The token-type table and its rows; with one row, that row is added to every token.
-    token_type: Option<(O::Param, usize)>,
+    token_type: Option<(O::Table, usize)>,
     norm: Option<Norm<O::Param>>,
     /// The longest sequence the model takes (its position table's, or its config's for rotary families).
     max_len: usize,
@@ -28,7 +28,7 @@ impl<O: Ops> TextEmbeddings<O> {
     }
 
     /// Word rows already prepared by the family (Gemma's scaled table).
-    pub fn from_table(word: O::Param, vocab: usize, hidden: usize) -> Self {
+    pub fn from_table(word: O::Table, vocab: usize, hidden: usize) -> Self {
         TextEmbeddings { word, vocab, hidden, position: None, token_type: None, norm: None, max_len: usize::MAX }
     }
 
@@ -104,7 +104,7 @@ impl<O: Ops> TextEmbeddings<O> {
         self.lookup(o, &[(&self.word, ids)])
     }
 
-    fn lookup(&self, o: &O, tables: &[(&O::Param, &[u32])]) -> Result<O::T, ModelError> {
+    fn lookup(&self, o: &O, tables: &[(&O::Table, &[u32])]) -> Result<O::T, ModelError> {
         if let Some(&id) = tables[0].1.iter().find(|&&id| id as usize >= self.vocab) {
             return Err(ModelError::Forward(format!("token id {id} is outside the vocabulary")));
         }

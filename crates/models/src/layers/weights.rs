@@ -4,33 +4,43 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
 use crate::backend::{Norm, NormKind, Ops};
 use crate::error::{weights, ModelError};
+use crate::loader::MappedTensors;
 
 pub struct Weights<'a, O: Ops> {
     vb: VarBuilder<'a>,
+    /// The same files memory-mapped, where tables can be read in place (safetensors).
+    mapped: Option<Arc<MappedTensors>>,
     ops: &'a O,
     bytes: Rc<Cell<usize>>,
 }
 
 impl<O: Ops> Clone for Weights<'_, O> {
     fn clone(&self) -> Self {
-        Weights { vb: self.vb.clone(), ops: self.ops, bytes: Rc::clone(&self.bytes) }
+        Weights { vb: self.vb.clone(), mapped: self.mapped.clone(), ops: self.ops, bytes: Rc::clone(&self.bytes) }
     }
 }
 
 impl<'a, O: Ops> Weights<'a, O> {
     pub fn new(vb: VarBuilder<'a>, ops: &'a O) -> Self {
-        Weights { vb, ops, bytes: Rc::new(Cell::new(0)) }
+        Weights { vb, mapped: None, ops, bytes: Rc::new(Cell::new(0)) }
+    }
+
+    /// Lets the backend read embedding tables in place from `mapped`, the files `vb` reads.
+    pub fn with_mapped(mut self, mapped: Option<Arc<MappedTensors>>) -> Self {
+        self.mapped = mapped;
+        self
     }
 
     /// The same checkpoint under `name.` (the byte count is shared).
     pub fn pp(&self, name: impl ToString) -> Self {
-        Weights { vb: self.vb.pp(name), ops: self.ops, bytes: Rc::clone(&self.bytes) }
+        Weights { vb: self.vb.pp(name), mapped: self.mapped.clone(), ops: self.ops, bytes: Rc::clone(&self.bytes) }
     }
 
     pub fn ops(&self) -> &'a O {
@@ -116,8 +126,41 @@ impl<'a, O: Ops> Weights<'a, O> {
     }
 
     /// An embedding table's `weight`, `[rows, cols]`.
-    pub fn table(&self, rows: usize, cols: usize) -> Result<O::Param, ModelError> {
-        self.param((rows, cols), "weight")
+    pub fn table(&self, rows: usize, cols: usize) -> Result<O::Table, ModelError> {
+        self.scaled_table(rows, cols, 1.0)
+    }
+
+    /// An embedding table's `weight` times `scale` (Gemma's √hidden): read in place from the mapped file
+    /// where the backend can, else loaded.
+    pub fn scaled_table(&self, rows: usize, cols: usize, scale: f32) -> Result<O::Table, ModelError> {
+        let name = match self.vb.prefix() {
+            p if p.is_empty() => "weight".to_string(),
+            p => format!("{p}.weight"),
+        };
+        if let Some(m) = self.mapped.as_ref().map(|m| m.matrix(&name)).transpose()?.flatten() {
+            if (m.rows(), m.cols()) != (rows, cols) {
+                return Err(ModelError::BadFile {
+                    path: "model.safetensors".into(),
+                    reason: format!("{name} is {}x{}, the config makes it {rows}x{cols}", m.rows(), m.cols()),
+                });
+            }
+            if let Some(t) = self.ops.mapped_table(&m.scaled(scale)) {
+                self.count(self.ops.table_bytes(&t));
+                return Ok(t);
+            }
+        }
+        let mut t = self.get((rows, cols), "weight")?;
+        if scale != 1.0 {
+            t = (t * scale as f64).map_err(weights)?;
+        }
+        self.table_from(t)
+    }
+
+    /// A table the family computed at load (SigLIP's probe query) or read under another shape.
+    pub fn table_from(&self, t: Tensor) -> Result<O::Table, ModelError> {
+        let t = self.ops.table(t)?;
+        self.count(self.ops.table_bytes(&t));
+        Ok(t)
     }
 
     /// A parameter the family computed at load (SigLIP's probe query).
@@ -127,17 +170,16 @@ impl<'a, O: Ops> Weights<'a, O> {
         Ok(p)
     }
 
-    /// A tensor stored as `stored`, kept as `shape` (same element count): a class token `[h]` as a one-row table.
-    pub fn param_as(
+    /// A tensor stored as `stored`, kept as a table of `shape` (same element count): a class token `[h]` as
+    /// a one-row table.
+    pub fn table_as(
         &self,
         stored: impl Into<candle_core::Shape>,
         name: &str,
         shape: impl Into<candle_core::Shape>,
-    ) -> Result<O::Param, ModelError> {
+    ) -> Result<O::Table, ModelError> {
         let t = self.get(stored, name)?.reshape(shape).map_err(weights)?;
-        let p = self.ops.param(t)?;
-        self.count(self.ops.param_bytes(&p));
-        Ok(p)
+        self.table_from(t)
     }
 
     pub fn param(&self, shape: impl Into<candle_core::Shape>, name: &str) -> Result<O::Param, ModelError> {

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_nn::VarBuilder;
 
@@ -75,51 +76,156 @@ impl Checkpoint {
 }
 
 impl Checkpoint {
+    /// The safetensors files kept memory-mapped, their tensors readable in place; `None` for pickles.
+    pub fn mapped(&self) -> Result<Option<Arc<MappedTensors>>, ModelError> {
+        match self {
+            Checkpoint::Pickles(_) => Ok(None),
+            Checkpoint::Safetensors(files) => MappedTensors::open(files).map(|m| Some(Arc::new(m))),
+        }
+    }
+
     /// Rows `ids` of the 2-D tensor `name`, as f32, or `None` where the checkpoint has no such tensor. From
     /// safetensors only those rows' bytes are read (an LLM's output head is 0.6-2.5 GB in f32; a reranker needs
     /// two of its rows); pickles are loaded whole.
     pub fn rows(&self, name: &str, ids: &[u32]) -> Result<Option<Vec<Vec<f32>>>, ModelError> {
-        let files = match self {
-            Checkpoint::Pickles(_) => {
-                let vb = self.var_builder(&candle_core::Device::Cpu)?;
-                if !vb.contains_tensor(name) {
-                    return Ok(None);
-                }
-                let t = vb.get_unchecked(name).map_err(crate::error::weights)?;
-                let rows = ids.iter().map(|&i| t.get(i as usize).and_then(|r| r.to_vec1::<f32>()));
-                return rows.collect::<Result<_, _>>().map(Some).map_err(crate::error::weights);
+        let Some(mapped) = self.mapped()? else {
+            let vb = self.var_builder(&candle_core::Device::Cpu)?;
+            if !vb.contains_tensor(name) {
+                return Ok(None);
             }
-            Checkpoint::Safetensors(files) => files,
+            let t = vb.get_unchecked(name).map_err(crate::error::weights)?;
+            let rows = ids.iter().map(|&i| t.get(i as usize).and_then(|r| r.to_vec1::<f32>()));
+            return rows.collect::<Result<_, _>>().map(Some).map_err(crate::error::weights);
         };
-        // SAFETY: read-only maps of model files, as in `var_builder`.
-        let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
-            .map_err(|e| ModelError::BadFile { path: files[0].clone(), reason: e.to_string() })?;
-        let Ok(view) = st.get(name) else { return Ok(None) };
-        let bad = |reason: String| ModelError::BadFile { path: files[0].clone(), reason: format!("{name}: {reason}") };
-        let &[count, width] = view.shape() else { return Err(bad(format!("shape {:?}, not 2-D", view.shape()))) };
-        let size = match view.dtype() {
-            safetensors::Dtype::F32 => 4,
-            safetensors::Dtype::BF16 | safetensors::Dtype::F16 => 2,
-            other => return Err(bad(format!("dtype {other:?}"))),
-        };
-        let data = view.data();
+        let Some(matrix) = mapped.matrix(name)? else { return Ok(None) };
         let row = |id: u32| -> Result<Vec<f32>, ModelError> {
-            if id as usize >= count {
-                return Err(bad(format!("row {id} of {count}")));
-            }
-            let bytes = &data[id as usize * width * size..][..width * size];
-            Ok(match view.dtype() {
-                safetensors::Dtype::F32 => {
-                    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-                }
-                safetensors::Dtype::BF16 => bytes
-                    .chunks_exact(2)
-                    .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
-                    .collect(),
-                _ => bytes.chunks_exact(2).map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect(),
-            })
+            let mut row = vec![0.0; matrix.cols()];
+            matrix.row_into(id as usize, &mut row, false)?;
+            Ok(row)
         };
         ids.iter().map(|&id| row(id)).collect::<Result<_, _>>().map(Some)
+    }
+}
+
+/// A checkpoint's safetensors files, memory-mapped for as long as anything reads from them.
+pub struct MappedTensors {
+    files: Vec<(PathBuf, Arc<memmap2::Mmap>)>,
+    /// Tensor name → (file index, its header entry, where its data starts in the file).
+    tensors: HashMap<String, (usize, safetensors::tensor::TensorInfo, usize)>,
+}
+
+impl MappedTensors {
+    fn open(paths: &[PathBuf]) -> Result<Self, ModelError> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut tensors = HashMap::new();
+        for (i, path) in paths.iter().enumerate() {
+            let bad = |reason: String| ModelError::BadFile { path: path.clone(), reason };
+            let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+            // SAFETY: read-only maps of model files, as candle maps them in `var_builder`: Aleph never writes
+            // to model files, and a concurrent writer is outside what any HF loader guards against.
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| bad(e.to_string()))?;
+            // Rows are read one token at a time, scattered: no read-ahead around each.
+            #[cfg(unix)]
+            let _ = map.advise(memmap2::Advice::Random);
+            let (header, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
+            let data_start = 8 + header;
+            for (name, info) in meta.tensors() {
+                tensors.insert(name, (i, info.clone(), data_start));
+            }
+            files.push((path.clone(), Arc::new(map)));
+        }
+        Ok(MappedTensors { files, tensors })
+    }
+
+    /// The 2-D tensor `name` read in place, or `None` where the checkpoint has none; an error where it is
+    /// not a matrix of f32, bf16 or f16.
+    pub fn matrix(&self, name: &str) -> Result<Option<MappedMatrix>, ModelError> {
+        let Some((file, info, data_start)) = self.tensors.get(name) else { return Ok(None) };
+        let bad = |reason: String| ModelError::BadFile {
+            path: self.files[*file].0.clone(),
+            reason: format!("{name}: {reason}"),
+        };
+        let &[rows, cols] = info.shape.as_slice() else {
+            return Err(bad(format!("shape {:?}, not 2-D", info.shape)));
+        };
+        let format = match info.dtype {
+            safetensors::Dtype::F32 => Stored::F32,
+            safetensors::Dtype::BF16 => Stored::Bf16,
+            safetensors::Dtype::F16 => Stored::F16,
+            other => return Err(bad(format!("dtype {other:?}"))),
+        };
+        Ok(Some(MappedMatrix {
+            map: Arc::clone(&self.files[*file].1),
+            start: data_start + info.data_offsets.0,
+            rows,
+            cols,
+            format,
+            scale: 1.0,
+        }))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stored {
+    F32,
+    Bf16,
+    F16,
+}
+
+/// A `[rows, cols]` tensor of a mapped checkpoint, read a row at a time as f32 (times `scale`): an embedding
+/// table that costs no memory beyond the pages of the rows a workload touches.
+#[derive(Clone)]
+pub struct MappedMatrix {
+    map: Arc<memmap2::Mmap>,
+    start: usize,
+    rows: usize,
+    cols: usize,
+    format: Stored,
+    scale: f32,
+}
+
+impl MappedMatrix {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The same matrix with every value multiplied by `scale` as it is read (Gemma's √hidden).
+    pub fn scaled(mut self, scale: f32) -> Self {
+        self.scale *= scale;
+        self
+    }
+
+    /// Writes row `r` into `dst` (`cols` values), or adds it with `add`.
+    pub fn row_into(&self, r: usize, dst: &mut [f32], add: bool) -> Result<(), ModelError> {
+        if r >= self.rows || dst.len() != self.cols {
+            return Err(ModelError::Forward(format!("row {r} of a {}x{} table", self.rows, self.cols)));
+        }
+        let size = if self.format == Stored::F32 { 4 } else { 2 };
+        let bytes = &self.map[self.start + r * self.cols * size..][..self.cols * size];
+        let scale = self.scale;
+        let put = |d: &mut f32, v: f32| *d = if add { *d + v * scale } else { v * scale };
+        match self.format {
+            Stored::F32 => {
+                for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+                    put(d, f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                }
+            }
+            Stored::Bf16 => {
+                for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                    put(d, f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16));
+                }
+            }
+            Stored::F16 => {
+                for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                    put(d, f16_to_f32(u16::from_le_bytes([b[0], b[1]])));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -186,6 +292,12 @@ mod tests {
             assert_eq!(got, vec![want[5].clone(), want[0].clone()], "{dtype:?}");
             assert!(ckpt.rows("missing.weight", &[0]).unwrap().is_none());
             assert!(ckpt.rows("lm_head.weight", &[6]).is_err(), "a row past the table");
+            // In place, scaled and added, as embedding tables are read.
+            let m = ckpt.mapped().unwrap().unwrap().matrix("lm_head.weight").unwrap().unwrap().scaled(2.0);
+            let mut row = vec![1.0; 4];
+            m.row_into(3, &mut row, true).unwrap();
+            assert_eq!(row, want[3].iter().map(|v| 1.0 + 2.0 * v).collect::<Vec<_>>(), "{dtype:?}");
+            assert!(m.row_into(0, &mut [0.0; 3], false).is_err(), "a row of the wrong width");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -62,8 +62,10 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
-        Backend::Auto => Box::new(ColPali::load(super::cpu_kernels(opts.dtype), vb, &cfg, page_prompt)?),
-        Backend::Candle => Box::new(ColPali::load(Candle::new(device.clone()), vb, &cfg, page_prompt)?),
+        Backend::Auto => {
+            Box::new(ColPali::load(super::cpu_kernels(opts.dtype), vb, super::mapped(dir)?, &cfg, page_prompt)?)
+        }
+        Backend::Candle => Box::new(ColPali::load(Candle::new(device.clone()), vb, None, &cfg, page_prompt)?),
     };
     let backend = model.compute();
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };

@@ -10,6 +10,7 @@ mod towers;
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use candle_nn::VarBuilder;
 
@@ -28,7 +29,7 @@ use crate::models::clap::{Clap, ClapConfig};
 use crate::models::clip::{Clip, ClipConfig};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::tokenizer::TextTokenizer;
-pub use checkpoint::Checkpoint;
+pub use checkpoint::{Checkpoint, MappedMatrix, MappedTensors};
 use towers::{Towers, TowersModel};
 
 /// Runs one batch. Implementations own their weights; the engine calls them from one thread.
@@ -474,12 +475,13 @@ fn calibrate<M>(
     run: impl Fn(&M, &Recording<Cpu>, &Batch) -> Result<(), ModelError>,
     tokenizer: &TextTokenizer,
     vb: VarBuilder<'static>,
+    mapped: Option<Arc<MappedTensors>>,
 ) -> Result<std::collections::HashMap<String, Vec<f32>>, ModelError> {
     tracing::info!("int8 linear layers ({} kernel)", crate::cpu::qgemm::kernel_name());
     if !smoothing_enabled() {
         return Ok(Default::default());
     }
-    smoothing_stats(load, run, &calibration_batches(tokenizer)?, vb)
+    smoothing_stats(load, run, &calibration_batches(tokenizer)?, vb, mapped)
 }
 
 /// SmoothQuant's calibration for any family: loads it in f32 on a [`Recording`] backend, runs the
@@ -489,9 +491,10 @@ fn smoothing_stats<M>(
     run: impl Fn(&M, &Recording<Cpu>, &Batch) -> Result<(), ModelError>,
     batches: &[Batch],
     vb: VarBuilder<'static>,
+    mapped: Option<Arc<MappedTensors>>,
 ) -> Result<std::collections::HashMap<String, Vec<f32>>, ModelError> {
     let rec = Recording::new(Cpu::f32());
-    let model = load(&Weights::new(vb, &rec))?;
+    let model = load(&Weights::new(vb, &rec).with_mapped(mapped))?;
     for batch in batches.iter().filter(|b| !b.is_empty()) {
         run(&model, &rec, batch)?;
     }
@@ -535,8 +538,8 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let vb = var_builder(dir, &device)?;
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
-        Backend::Auto => Box::new(Clip::load(cpu_kernels(opts.dtype), vb, &cfg)?),
-        Backend::Candle => Box::new(Clip::load(Candle::new(device.clone()), vb, &cfg)?),
+        Backend::Auto => Box::new(Clip::load(cpu_kernels(opts.dtype), vb, mapped(dir)?, &cfg)?),
+        Backend::Candle => Box::new(Clip::load(Candle::new(device.clone()), vb, None, &cfg)?),
     };
     let backend = model.compute();
     let vision = &cfg.vision_config;
@@ -586,8 +589,8 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let device = opts.device.candle()?;
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
-        Backend::Auto => Box::new(Clap::load(cpu_kernels(opts.dtype), vb, &cfg)?),
-        Backend::Candle => Box::new(Clap::load(Candle::new(device.clone()), vb, &cfg)?),
+        Backend::Auto => Box::new(Clap::load(cpu_kernels(opts.dtype), vb, mapped(dir)?, &cfg)?),
+        Backend::Candle => Box::new(Clap::load(Candle::new(device.clone()), vb, None, &cfg)?),
     };
     let backend = model.compute();
     let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
@@ -680,6 +683,11 @@ fn backend_for(opts: &LoadOptions, device: &candle_core::Device) -> Backend {
 }
 
 /// The folder's weights as f32 on `device` (see [`Checkpoint`]).
+/// The folder's safetensors kept mapped, for the tables Aleph's CPU kernels read in place.
+fn mapped(dir: &Path) -> Result<Option<Arc<MappedTensors>>, ModelError> {
+    Checkpoint::find(dir)?.mapped()
+}
+
 fn var_builder(dir: &Path, device: &candle_core::Device) -> Result<VarBuilder<'static>, ModelError> {
     Checkpoint::find(dir)?.var_builder(device)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use candle_nn::VarBuilder;
 
 use super::card;
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, MappedTensors};
 use super::{
     backend_for, calibrate, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel,
     Model, ModelInfo, RerankTemplate, Task,
@@ -42,6 +42,8 @@ struct Setup {
     tokenizer: TextTokenizer,
     device: candle_core::Device,
     vb: VarBuilder<'static>,
+    /// The same files mapped, for tables read in place.
+    mapped: Option<Arc<MappedTensors>>,
     backend: Backend,
     dtype: DType,
     info: ModelInfo,
@@ -70,6 +72,10 @@ impl Setup {
         let device = opts.device.candle()?;
         let vb = var_builder(dir, &device)?;
         let backend = backend_for(opts, &device);
+        let mapped = match backend {
+            Backend::Auto => super::mapped(dir)?,
+            Backend::Candle => None,
+        };
         if backend == Backend::Candle && opts.dtype == DType::Int8 {
             return Err(ModelError::InvalidOption(
                 "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
@@ -98,7 +104,7 @@ impl Setup {
             prompts: st.prompts.clone(),
             takes_instruction: false,
         };
-        Ok(Setup { st, task, pooling, tokenizer, device, vb, backend, dtype: opts.dtype, info, side: None })
+        Ok(Setup { st, task, pooling, tokenizer, device, vb, mapped, backend, dtype: opts.dtype, info, side: None })
     }
 
     fn finish(
@@ -188,16 +194,17 @@ pub(super) fn load_bert_family(
                     let load = |w: &Weights<'_, Recording<Cpu>>| {
                         Splade::load(w, &bert::encoder_weights(w), &cfg, flavor, pooling)
                     };
-                    Cpu::int8(calibrate(load, |m, o, b| m.forward(o, b).map(drop), &setup.tokenizer, vb.clone())?)
+                    let run = |m: &Splade<_>, o: &Recording<Cpu>, b: &Batch| m.forward(o, b).map(drop);
+                    Cpu::int8(calibrate(load, run, &setup.tokenizer, vb.clone(), setup.mapped.clone())?)
                 } else {
                     super::cpu_kernels(opts.dtype)
                 };
-                let m = SpladeModel::load(ops, vb, &cfg, flavor, pooling)?;
+                let m = SpladeModel::load(ops, vb, setup.mapped.clone(), &cfg, flavor, pooling)?;
                 let bytes = m.weight_bytes as u64;
                 (Arc::new(m), Compute::AlephCpu, bytes)
             }
             Backend::Candle => (
-                Arc::new(SpladeModel::load(Candle::new(setup.device.clone()), vb, &cfg, flavor, pooling)?),
+                Arc::new(SpladeModel::load(Candle::new(setup.device.clone()), vb, None, &cfg, flavor, pooling)?),
                 Compute::Candle,
                 0,
             ),
@@ -512,14 +519,17 @@ fn encoder_of(
     Ok(match setup.backend {
         Backend::Auto if setup.dtype == DType::Int8 => {
             let run = |m: &_, o: &Recording<Cpu>, b: &Batch| TokenEncoder::forward(m, o, b).map(drop);
-            let smoothing = calibrate(|w| family.load(w), run, &setup.tokenizer, vb.clone())?;
-            (Box::new(OnBackend::load(Cpu::int8(smoothing), vb, |w| family.load(w))?), Compute::AlephCpu)
+            let mapped = setup.mapped.clone();
+            let smoothing = calibrate(|w| family.load(w), run, &setup.tokenizer, vb.clone(), mapped.clone())?;
+            (Box::new(OnBackend::load(Cpu::int8(smoothing), vb, mapped, |w| family.load(w))?), Compute::AlephCpu)
         }
         Backend::Auto => {
-            (Box::new(OnBackend::load(super::cpu_kernels(setup.dtype), vb, |w| family.load(w))?), Compute::AlephCpu)
+            let ops = super::cpu_kernels(setup.dtype);
+            (Box::new(OnBackend::load(ops, vb, setup.mapped.clone(), |w| family.load(w))?), Compute::AlephCpu)
         }
         Backend::Candle => {
-            (Box::new(OnBackend::load(Candle::new(setup.device.clone()), vb, |w| family.load(w))?), Compute::Candle)
+            let ops = Candle::new(setup.device.clone());
+            (Box::new(OnBackend::load(ops, vb, None, |w| family.load(w))?), Compute::Candle)
         }
     })
 }

@@ -10,6 +10,7 @@ use crate::backend::{Activation, Ops, Post};
 use crate::batch::Batch;
 use crate::error::ModelError;
 use crate::layers::Weights;
+use crate::loader::MappedTensors;
 use crate::media::audio::AudioFeatures;
 
 /// `ClapConfig`, with transformers' defaults where the file omits a field: the text tower's are
@@ -99,8 +100,13 @@ pub struct Clap<O: Ops> {
 }
 
 impl<O: Ops> Clap<O> {
-    pub fn load(ops: O, vb: VarBuilder, cfg: &ClapConfig) -> Result<Self, ModelError> {
-        let w = Weights::new(vb, &ops);
+    pub fn load(
+        ops: O,
+        vb: VarBuilder,
+        mapped: Option<std::sync::Arc<MappedTensors>>,
+        cfg: &ClapConfig,
+    ) -> Result<Self, ModelError> {
+        let w = Weights::new(vb, &ops).with_mapped(mapped);
         let act = &cfg.audio_config.projection_hidden_act;
         let text = ClapText::load(&w.pp("text_model"), &w.pp("text_projection"), &cfg.text_config, act)?;
         let audio = ClapAudio::load(&w.pp("audio_model"), &w.pp("audio_projection"), &cfg.audio_config)?;

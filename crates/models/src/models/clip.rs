@@ -11,6 +11,7 @@ use crate::error::ModelError;
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
 use crate::layers::Positional;
 use crate::layers::{Mlp, SelfAttention, TextEmbeddings, Weights};
+use crate::loader::MappedTensors;
 use crate::media::image::Pixels;
 
 /// `CLIPConfig`, with the defaults of `CLIPTextConfig` and `CLIPVisionConfig` (ViT-B/32) where the file
@@ -261,8 +262,8 @@ pub(crate) fn patch_linear<O: Ops>(
 
 pub struct ClipVision<O: Ops> {
     patch: O::Linear,
-    class: O::Param,
-    positions: O::Param,
+    class: O::Table,
+    positions: O::Table,
     pre_norm: Norm<O::Param>,
     layers: Vec<PreNormLayer<O>>,
     post_norm: Norm<O::Param>,
@@ -289,7 +290,7 @@ impl<O: Ops> ClipVision<O> {
         let (projection, dim) = projection(proj, h, dim)?;
         Ok(ClipVision {
             patch: patch_linear(&emb.pp("patch_embedding"), h, c, p, false)?,
-            class: emb.param_as(h, "class_embedding", (1, h))?,
+            class: emb.table_as(h, "class_embedding", (1, h))?,
             positions: emb.pp("position_embedding").table(g * g + 1, h)?,
             // (sic) transformers' name for the pre-encoder norm.
             pre_norm: w.pp("pre_layrnorm").layer_norm(h, eps)?,
@@ -373,9 +374,14 @@ pub struct Clip<O: Ops> {
 }
 
 impl<O: Ops> Clip<O> {
-    pub fn load(ops: O, vb: candle_nn::VarBuilder, cfg: &ClipConfig) -> Result<Self, ModelError> {
+    pub fn load(
+        ops: O,
+        vb: candle_nn::VarBuilder,
+        mapped: Option<std::sync::Arc<MappedTensors>>,
+        cfg: &ClipConfig,
+    ) -> Result<Self, ModelError> {
         let dim = cfg.projection_dim;
-        let w = Weights::new(vb, &ops);
+        let w = Weights::new(vb, &ops).with_mapped(mapped);
         let text = ClipText::load(&w.pp("text_model"), &w.pp("text_projection"), &cfg.text_config, dim)?;
         let vision = ClipVision::load(&w.pp("vision_model"), &w.pp("visual_projection"), &cfg.vision_config, dim)?;
         if vision.dim != text.dim {

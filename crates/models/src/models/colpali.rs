@@ -18,6 +18,7 @@ use crate::batch::Batch;
 use crate::error::ModelError;
 use crate::layers::decoder::{positions, Decoder};
 use crate::layers::Weights;
+use crate::loader::MappedTensors;
 use crate::media::image::Pixels;
 use crate::pooling::l2_normalize;
 
@@ -52,8 +53,14 @@ pub struct ColPali<O: Ops> {
 const FIRST_POSITION: u32 = 1;
 
 impl<O: Ops> ColPali<O> {
-    pub fn load(ops: O, vb: VarBuilder, cfg: &ColPaliConfig, page_prompt: Vec<u32>) -> Result<Self, ModelError> {
-        let w = Weights::new(vb, &ops);
+    pub fn load(
+        ops: O,
+        vb: VarBuilder,
+        mapped: Option<std::sync::Arc<MappedTensors>>,
+        cfg: &ColPaliConfig,
+        page_prompt: Vec<u32>,
+    ) -> Result<Self, ModelError> {
+        let w = Weights::new(vb, &ops).with_mapped(mapped);
         let vlm = w.pp("vlm");
         // Checkpoints converted from PaliGemmaForConditionalGeneration nest one level deeper.
         let vision_root = if vlm.contains("vision_tower.vision_model.post_layernorm.weight") {

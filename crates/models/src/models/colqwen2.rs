@@ -16,6 +16,7 @@ use crate::batch::Batch;
 use crate::error::ModelError;
 use crate::layers::decoder::{positions, Decoder};
 use crate::layers::Weights;
+use crate::loader::MappedTensors;
 use crate::media::image::Pixels;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -59,10 +60,16 @@ pub struct ColQwen2<O: Ops> {
 }
 
 impl<O: Ops> ColQwen2<O> {
-    pub fn load(ops: O, vb: VarBuilder, cfg: &ColQwen2Config, page: PagePrompt) -> Result<Self, ModelError> {
+    pub fn load(
+        ops: O,
+        vb: VarBuilder,
+        mapped: Option<std::sync::Arc<MappedTensors>>,
+        cfg: &ColQwen2Config,
+        page: PagePrompt,
+    ) -> Result<Self, ModelError> {
         let (vc, tc, _) = cfg.parts().map_err(ModelError::Unsupported)?;
         let (vision, text, proj, weight_bytes) = {
-            let w = Weights::new(vb, &ops);
+            let w = Weights::new(vb, &ops).with_mapped(mapped);
             let vlm = w.pp("vlm");
             // Checkpoints saved from Qwen2VLForConditionalGeneration nest the parts under `model`.
             let nested = !vlm.contains("visual.merger.ln_q.weight");

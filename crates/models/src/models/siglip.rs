@@ -14,6 +14,7 @@ use crate::error::{weights, ModelError};
 use crate::layers::block::{pre_norm_stack, PreNormLayer};
 use crate::layers::Positional;
 use crate::layers::{Mlp, Scratch, Weights};
+use crate::loader::MappedTensors;
 use crate::media::image::Pixels;
 
 /// What both towers' configs share. Hub configs omit what equals the class defaults, so every field has them.
@@ -95,7 +96,7 @@ impl SiglipTower {
 
 pub struct SiglipVision<O: Ops> {
     patch: O::Linear,
-    positions: O::Param,
+    positions: O::Table,
     layers: Vec<PreNormLayer<O>>,
     post_norm: Norm<O::Param>,
     hidden: usize,
@@ -161,7 +162,7 @@ impl<O: Ops> SiglipVision<O> {
 /// patches (torch's `nn.MultiheadAttention`), then a residual MLP. The probe is a constant, so its
 /// (scaled) query is computed once at load.
 struct PoolingHead<O: Ops> {
-    query: O::Param,
+    query: O::Table,
     kv: O::Linear,
     out: O::Linear,
     norm: Norm<O::Param>,
@@ -190,7 +191,7 @@ impl<O: Ops> PoolingHead<O> {
         // The query is scaled already.
         spec.scale = 1.0;
         Ok(PoolingHead {
-            query: w.param_from(query)?,
+            query: w.table_from(query)?,
             kv: att.linear_from(kv.0, Some(kv.1))?,
             out: att.pp("out_proj").linear(h, h, true)?,
             norm: w.pp("layernorm").layer_norm(h, cfg.tower.layer_norm_eps)?,
@@ -224,8 +225,8 @@ impl<O: Ops> PoolingHead<O> {
 }
 
 pub struct SiglipText<O: Ops> {
-    token: O::Param,
-    positions: O::Param,
+    token: O::Table,
+    positions: O::Table,
     layers: Vec<PreNormLayer<O>>,
     final_norm: Norm<O::Param>,
     head: O::Linear,
@@ -291,7 +292,13 @@ pub struct Siglip<O: Ops> {
 }
 
 impl<O: Ops> Siglip<O> {
-    pub fn load(ops: O, vb: candle_nn::VarBuilder, cfg: &SiglipConfig, pad: u32) -> Result<Self, ModelError> {
+    pub fn load(
+        ops: O,
+        vb: candle_nn::VarBuilder,
+        mapped: Option<std::sync::Arc<MappedTensors>>,
+        cfg: &SiglipConfig,
+        pad: u32,
+    ) -> Result<Self, ModelError> {
         if !cfg.vision_config.vision_use_head {
             return Err(ModelError::Unsupported("SigLIP without the vision pooling head (vision_use_head)".into()));
         }
@@ -302,7 +309,7 @@ impl<O: Ops> Siglip<O> {
                 cfg.vision_config.tower.hidden_size
             )));
         }
-        let w = Weights::new(vb, &ops);
+        let w = Weights::new(vb, &ops).with_mapped(mapped);
         let text = SiglipText::load(&w.pp("text_model"), &cfg.text_config, pad)?;
         let vision = SiglipVision::load(&w.pp("vision_model"), &cfg.vision_config)?;
         let head = PoolingHead::load(&w.pp("vision_model").pp("head"), &cfg.vision_config)?;

@@ -2,13 +2,15 @@
 //! `log(1 + relu(logit))` (twice for `log1p_relu`), pooled by max or sum over the sequence: one weight per
 //! vocabulary entry, mostly zero, as sentence-transformers' `SpladePooling` computes them.
 
+use std::sync::Arc;
+
 use candle_nn::VarBuilder;
 
 use crate::backend::Ops;
 use crate::batch::{sparse_pairs, Batch, Output, OutputKind};
 use crate::error::ModelError;
 use crate::layers::Weights;
-use crate::loader::Model;
+use crate::loader::{MappedTensors, Model};
 use crate::models::bert::{encoder_weights, Bert, BertConfig, Flavor, MlmHead};
 use crate::st_config::Splade as SpladePooling;
 
@@ -97,12 +99,13 @@ impl<O: Ops> SpladeModel<O> {
     pub fn load(
         ops: O,
         vb: VarBuilder<'static>,
+        mapped: Option<Arc<MappedTensors>>,
         cfg: &BertConfig,
         flavor: Flavor,
         pooling: SpladePooling,
     ) -> Result<Self, ModelError> {
         let (splade, weight_bytes) = {
-            let top = Weights::new(vb, &ops);
+            let top = Weights::new(vb, &ops).with_mapped(mapped);
             let splade = Splade::load(&top, &encoder_weights(&top), cfg, flavor, pooling)?;
             (splade, top.bytes())
         };

@@ -14,6 +14,7 @@ mod gemma3_reference;
 mod gte_reference;
 mod jina_reference;
 mod llama_reference;
+mod mapped_tables;
 mod minimized_configs;
 mod modernbert_reference;
 mod mpnet_reference;
