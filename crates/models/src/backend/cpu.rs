@@ -83,14 +83,14 @@ impl Mat {
 /// An embedding table: held as f32, or read in place from the mapped checkpoint (a decoder's 150k-row
 /// vocabulary costs no memory beyond the pages of the rows a workload touches).
 pub enum Table {
-    Held { data: Vec<f32>, rows: usize, cols: usize },
+    Held { data: Vec<f32>, cols: usize },
     Mapped(MappedMatrix),
 }
 
 impl Table {
     fn check(&self, ids: &[u32], width: usize) -> Result<(), ModelError> {
         let (rows, cols) = match self {
-            Table::Held { rows, cols, .. } => (*rows, *cols),
+            Table::Held { data, cols } => (data.len() / (*cols).max(1), *cols),
             Table::Mapped(m) => (m.rows(), m.cols()),
         };
         if cols != width {
@@ -105,7 +105,7 @@ impl Table {
     /// Writes row `r` into `dst`, or adds it with `add`.
     fn row_into(&self, r: usize, dst: &mut [f32], add: bool) -> Result<(), ModelError> {
         match self {
-            Table::Held { data, cols, .. } => {
+            Table::Held { data, cols } => {
                 let src = &data[r * cols..][..*cols];
                 if add {
                     ops::add_assign(dst, src);
@@ -150,8 +150,8 @@ impl Ops for Cpu {
     }
 
     fn table(&self, t: Tensor) -> Result<Table, ModelError> {
-        let (rows, cols) = t.dims2().map_err(weights)?;
-        Ok(Table::Held { data: host(t).map_err(weights)?, rows, cols })
+        let cols = t.dims2().map_err(weights)?.1;
+        Ok(Table::Held { data: host(t).map_err(weights)?, cols })
     }
 
     fn mapped_table(&self, m: &MappedMatrix) -> Option<Table> {

@@ -137,13 +137,7 @@ impl<'a, O: Ops> Weights<'a, O> {
             p if p.is_empty() => "weight".to_string(),
             p => format!("{p}.weight"),
         };
-        if let Some(m) = self.mapped.as_ref().map(|m| m.matrix(&name)).transpose()?.flatten() {
-            if (m.rows(), m.cols()) != (rows, cols) {
-                return Err(ModelError::BadFile {
-                    path: "model.safetensors".into(),
-                    reason: format!("{name} is {}x{}, the config makes it {rows}x{cols}", m.rows(), m.cols()),
-                });
-            }
+        if let Some(m) = self.mapped.as_ref().map(|m| m.table(&name, rows, cols)).transpose()?.flatten() {
             if let Some(t) = self.ops.mapped_table(&m.scaled(scale)) {
                 self.count(self.ops.table_bytes(&t));
                 return Ok(t);

@@ -137,6 +137,18 @@ impl MappedTensors {
         Ok(MappedTensors { files, tensors })
     }
 
+    /// The `[rows, cols]` tensor `name` read in place, or `None` where the checkpoint has none; an error,
+    /// naming the file, where it has another shape.
+    pub fn table(&self, name: &str, rows: usize, cols: usize) -> Result<Option<MappedMatrix>, ModelError> {
+        let Some(m) = self.matrix(name)? else { return Ok(None) };
+        if (m.rows, m.cols) != (rows, cols) {
+            let path = self.files[self.tensors[name].0].0.clone();
+            let reason = format!("{name} is {}x{}, the config makes it {rows}x{cols}", m.rows, m.cols);
+            return Err(ModelError::BadFile { path, reason });
+        }
+        Ok(Some(m))
+    }
+
     /// The 2-D tensor `name` read in place, or `None` where the checkpoint has none; an error where it is
     /// not a matrix of f32, bf16 or f16.
     pub fn matrix(&self, name: &str) -> Result<Option<MappedMatrix>, ModelError> {

@@ -70,10 +70,11 @@ impl Setup {
         };
         let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
         let device = opts.device.candle()?;
-        let vb = var_builder(dir, &device)?;
+        let checkpoint = Checkpoint::find(dir)?;
+        let vb = checkpoint.var_builder(&device)?;
         let backend = backend_for(opts, &device);
         let mapped = match backend {
-            Backend::Auto => super::mapped(dir)?,
+            Backend::Auto => checkpoint.mapped()?,
             Backend::Candle => None,
         };
         if backend == Backend::Candle && opts.dtype == DType::Int8 {
