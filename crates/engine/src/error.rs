@@ -3,6 +3,8 @@
 pub enum EngineError {
     #[error("model `{requested}` is not served here; served models: {}", available.join(", "))]
     UnknownModel { requested: String, available: Vec<String> },
+    #[error("model `{model}` is {state}; retry once it is ready")]
+    NotReady { model: String, state: &'static str },
     #[error("model `{model}` is overloaded: its queue holds {queued} items (limit {limit}); retry later")]
     Overloaded { model: String, queued: usize, limit: usize },
     #[error("inference failed for this batch: {0}")]

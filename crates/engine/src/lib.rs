@@ -17,5 +17,5 @@ mod worker;
 
 pub use error::EngineError;
 pub use handle::{HandleConfig, Input, ModelHandle, ModelStats, RunOptions, RunResult};
-pub use registry::ModelRegistry;
+pub use registry::{ModelEntry, ModelRegistry, ModelState};
 pub use tokenize::TokenizerPool;

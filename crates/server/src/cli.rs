@@ -290,6 +290,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_API_KEY", default_value = "", hide_env_values = true, help_heading = "Server")]
     pub api_key: String,
 
+    /// Enable the admin API (`/admin/models`: list, load and unload models while serving) behind
+    /// `Authorization: Bearer <key>`; a key apart from --api-key. Off when empty.
+    #[arg(long, env = "ALEPH_ADMIN_KEY", default_value = "", hide_env_values = true, help_heading = "Server")]
+    pub admin_key: String,
+
     /// Log level: critical, error, warning, info, debug or trace.
     #[arg(long, env = "ALEPH_LOG_LEVEL", default_value = "info", help_heading = "Server")]
     pub log_level: String,
@@ -362,9 +367,68 @@ pub struct ModelSpec {
     pub max_request_tokens: usize,
 }
 
+/// The per-model options of `aleph v2`, as `POST /admin/models` takes them (names as the flags', in snake
+/// case). What is not given takes the flag's default, not the process's flags: a model loaded at run time is
+/// described by its request alone.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelOptions {
+    pub model_id: String,
+    pub served_model_name: Option<String>,
+    pub revision: Option<String>,
+    pub engine: Option<String>,
+    pub batch_size: Option<usize>,
+    pub max_batch_tokens: Option<usize>,
+    pub device: Option<String>,
+    /// `--device-id`, as on the command line: `0,1`.
+    pub device_id: Option<String>,
+    pub dtype: Option<String>,
+    pub pooling_method: Option<String>,
+    pub embedding_dtype: Option<String>,
+    pub trust_remote_code: Option<bool>,
+    pub vector_disk_cache: Option<bool>,
+    pub model_task: Option<String>,
+    pub rerank_template: Option<String>,
+    pub rerank_instruction: Option<String>,
+    pub default_prompt_name: Option<String>,
+    pub truncate_dim: Option<usize>,
+    pub model_warmup: Option<bool>,
+}
+
 impl ServeArgs {
     pub fn warmup(&self) -> bool {
         self.model_warmup && !self.no_model_warmup
+    }
+
+    /// The spec of one model loaded at run time: `options` for the per-model flags, this process's flags for
+    /// the rest (media limits, request limits), validated as the command line is.
+    pub fn spec_for(&self, options: &ModelOptions) -> Result<ModelSpec, String> {
+        fn one<T: ToString>(v: &Option<T>) -> Vec<String> {
+            v.iter().map(ToString::to_string).collect()
+        }
+        let o = options;
+        let mut args = self.clone();
+        args.model_id = vec![o.model_id.clone()];
+        args.served_model_name = one(&o.served_model_name);
+        args.revision = one(&o.revision);
+        args.engine = one(&o.engine);
+        args.batch_size = o.batch_size.into_iter().collect();
+        args.max_batch_tokens = o.max_batch_tokens.into_iter().collect();
+        args.device = one(&o.device);
+        args.device_id = one(&o.device_id);
+        args.dtype = one(&o.dtype);
+        args.pooling_method = one(&o.pooling_method);
+        args.embedding_dtype = one(&o.embedding_dtype);
+        (args.trust_remote_code, args.no_trust_remote_code) = (one(&o.trust_remote_code), 0);
+        (args.vector_disk_cache, args.no_vector_disk_cache) = (one(&o.vector_disk_cache), 0);
+        args.model_task = one(&o.model_task);
+        args.rerank_template = one(&o.rerank_template);
+        args.rerank_instruction = one(&o.rerank_instruction);
+        args.default_prompt_name = one(&o.default_prompt_name);
+        args.truncate_dim = one(&o.truncate_dim);
+        (args.model_warmup, args.no_model_warmup) = (o.model_warmup.unwrap_or(true), false);
+        let mut specs = args.model_specs()?;
+        specs.pop().ok_or_else(|| "model_id: a model is required".to_string())
     }
 
     /// One spec per `--model-id`, broadcasting single values of the per-model flags.

@@ -10,14 +10,14 @@ use aleph_engine::cache::CacheConfig;
 use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
 use aleph_models::media::audio::AudioLimits;
 use aleph_models::media::image::ImageLimits;
-use aleph_models::{hub, Backend, Device, LoadOptions};
+use aleph_models::{hub, Backend, Device, GpuStatus, LoadOptions};
 use anyhow::{anyhow, Context};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::cli::{Engine, ModelSpec, ServeArgs};
 use crate::fetch::guard::Guard;
 use crate::fetch::{FetchConfig, MediaFetcher};
-use crate::http::state::{AppState, Limits};
+use crate::http::state::{Admin, AppState, Limits};
 use crate::http::{self, HttpConfig};
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -34,11 +34,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if std::env::var_os("ALEPH_CALIBRATION_DATASET_URL").is_some() {
         tracing::info!("INFINITY_CALIBRATION_DATASET_URL is ignored: the int8 calibration corpus ships in the binary");
     }
-    let cache_root = args.vector_cache_root();
+    log_gpu_status(&specs);
     let metrics = install_metrics();
     let workers =
         args.tokenizer_workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = Arc::new(TokenizerPool::new(workers));
+    let loader = Arc::new(Loader {
+        queue_size: args.queue_size,
+        cache_root: args.vector_cache_root(),
+        cache_max_bytes: args.vector_disk_cache_max_bytes,
+        pool: pool.clone(),
+    });
+    let admin_on = !args.admin_key.is_empty();
+    let admin = Some(args.admin_key.clone()).filter(|k| !k.is_empty()).map(|key| Admin {
+        key,
+        args: args.clone(),
+        loader: loader.clone(),
+    });
     let fetcher = MediaFetcher::new(FetchConfig {
         max_bytes: args.media_max_bytes,
         // A request's downloads together may hold what one request body may.
@@ -57,6 +69,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         metrics,
         Some(args.api_key.clone()).filter(|k| !k.is_empty()),
+        admin,
         fetcher,
         pool.clone(),
     ));
@@ -87,13 +100,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let load = async {
         let mut handles = Vec::new();
         for spec in specs {
-            let pool = pool.clone();
-            let queue_size = args.queue_size;
-            let cache = spec.vector_disk_cache.then(|| (cache_root.clone(), args.vector_disk_cache_max_bytes));
-            let handle = tokio::task::spawn_blocking(move || load_model(&spec, queue_size, cache, pool)).await??;
+            let loader = loader.clone();
+            let handle = tokio::task::spawn_blocking(move || loader.load(&spec)).await??;
             handles.push(Arc::new(handle));
         }
-        anyhow::Ok(Arc::new(ModelRegistry::new(handles).map_err(|e| anyhow!(e))?))
+        let registry = ModelRegistry::new(handles).map_err(|e| anyhow!(e))?;
+        anyhow::Ok(Arc::new(if admin_on { registry.with_exact_names() } else { registry }))
     };
     let Some(mut server) = server else {
         let registry = load.await?;
@@ -119,6 +131,34 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("stopped accepting; draining the models");
     tokio::task::spawn_blocking(move || registry.shutdown()).await?;
     Ok(())
+}
+
+/// Loads models with the process's shared parts: at start-up, and for the admin API while serving.
+pub struct Loader {
+    queue_size: usize,
+    cache_root: PathBuf,
+    cache_max_bytes: u64,
+    pool: Arc<TokenizerPool>,
+}
+
+impl Loader {
+    /// Resolves, loads, warms and starts one model (blocking: call it off the async threads).
+    pub fn load(&self, spec: &ModelSpec) -> anyhow::Result<ModelHandle> {
+        let cache = spec.vector_disk_cache.then(|| (self.cache_root.clone(), self.cache_max_bytes));
+        load_model(spec, self.queue_size, cache, self.pool.clone())
+    }
+}
+
+/// Says once what a CUDA build found: the GPUs it will use, or why the models on `--device auto` run on the CPU.
+fn log_gpu_status(specs: &[ModelSpec]) {
+    match aleph_models::gpu_status() {
+        GpuStatus::NotBuilt => {}
+        GpuStatus::Ready { devices } => tracing::info!("CUDA: {devices} GPU(s) usable"),
+        GpuStatus::Unusable(why) if specs.iter().any(|s| s.device == Device::Auto) => {
+            tracing::warn!("CUDA build serving on the CPU: {why}")
+        }
+        GpuStatus::Unusable(why) => tracing::info!("CUDA build, no GPU usable: {why}"),
+    }
 }
 
 /// Resolves, loads and starts one model (with its replicas). Errors name the model.

@@ -4,6 +4,7 @@ mod card;
 mod checkpoint;
 mod colpali;
 mod colqwen2;
+mod gpu;
 mod siglip;
 mod text;
 mod towers;
@@ -30,6 +31,7 @@ use crate::models::clip::{Clip, ClipConfig};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::tokenizer::TextTokenizer;
 pub use checkpoint::{Checkpoint, MappedMatrix, MappedTensors};
+pub use gpu::{gpu_available, gpu_status, GpuStatus};
 use towers::{Towers, TowersModel};
 
 /// Runs one batch. Implementations own their weights; the engine calls them from one thread.
@@ -172,24 +174,26 @@ impl FromStr for Device {
 }
 
 impl Device {
-    /// The candle device. CUDA needs a build with `--features cuda`; without it this is a clear error.
+    /// The candle device. `auto` is the first GPU when one is usable, else the CPU; a GPU asked for by name that
+    /// cannot be used is an error saying why.
     fn candle(self) -> Result<candle_core::Device, ModelError> {
-        match self {
-            Device::Cpu => Ok(candle_core::Device::Cpu),
-            Device::Auto if !candle_core::utils::cuda_is_available() => Ok(candle_core::Device::Cpu),
-            Device::Auto => Device::Cuda(0).candle(),
-            Device::Cuda(n) => candle_core::Device::new_cuda(n).map_err(|e| {
-                ModelError::InvalidOption(format!(
-                    "cuda:{n} is not usable ({e}); Aleph's CUDA support needs a build with --features cuda"
-                ))
-            }),
+        match (self, gpu_status()) {
+            (Device::Cpu, _) => Ok(candle_core::Device::Cpu),
+            (Device::Auto, GpuStatus::Ready { .. }) => Device::Cuda(0).candle(),
+            (Device::Auto, _) => Ok(candle_core::Device::Cpu),
+            (Device::Cuda(n), GpuStatus::NotBuilt) => Err(ModelError::InvalidOption(format!(
+                "cuda:{n}: this build has no GPU support (build it with scripts/cuda-build.sh)"
+            ))),
+            (Device::Cuda(n), GpuStatus::Unusable(why)) => {
+                Err(ModelError::InvalidOption(format!("cuda:{n} is not usable: {why}")))
+            }
+            (Device::Cuda(n), &GpuStatus::Ready { devices }) if n >= devices => {
+                Err(ModelError::InvalidOption(format!("cuda:{n} does not exist: the driver sees {devices} GPU(s)")))
+            }
+            (Device::Cuda(n), GpuStatus::Ready { .. }) => candle_core::Device::new_cuda(n)
+                .map_err(|e| ModelError::InvalidOption(format!("cuda:{n} is not usable ({e})"))),
         }
     }
-}
-
-/// Whether this build can compute on a GPU, and one is present.
-pub fn gpu_available() -> bool {
-    candle_core::utils::cuda_is_available()
 }
 
 /// Weight precision for compute.

@@ -34,7 +34,7 @@ pub async fn classify(
     ApiJson(req): ApiJson<ClassifyRequest>,
 ) -> Result<Response, ApiError> {
     let model = state.registry()?.get(&req.model)?;
-    let result = predict(&state, model, req).await;
+    let result = predict(&state, &model, req).await;
     observe(model.name(), "/classify", &result);
     result
 }

@@ -148,7 +148,7 @@ pub async fn embed(
     ApiJson(req): ApiJson<CohereEmbedRequest>,
 ) -> Result<Response, ApiError> {
     let model = state.registry()?.get(&req.model)?;
-    let result = embed_inner(&state, model, req, Version::V2).await;
+    let result = embed_inner(&state, &model, req, Version::V2).await;
     observe(model.name(), "/v2/embed", &result);
     result
 }
@@ -176,7 +176,7 @@ pub fn is_cohere_embed(body: &axum::body::Bytes) -> bool {
 pub async fn embed_v1(state: &AppState, body: &axum::body::Bytes) -> Result<Response, ApiError> {
     let req: CohereEmbedRequest = super::extract::parse(body)?;
     let model = state.registry()?.get(&req.model)?;
-    let result = embed_inner(state, model, req, Version::V1).await;
+    let result = embed_inner(state, &model, req, Version::V1).await;
     observe(model.name(), "/v1/embed", &result);
     result
 }
@@ -342,7 +342,7 @@ pub async fn rerank(
     ApiJson(req): ApiJson<CohereRerankRequest>,
 ) -> Result<Response, ApiError> {
     let model = state.registry()?.get(&req.model)?;
-    let result = rerank_inner(&state, model, req).await;
+    let result = rerank_inner(&state, &model, req).await;
     observe(model.name(), "/v2/rerank", &result);
     result
 }

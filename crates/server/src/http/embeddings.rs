@@ -42,7 +42,7 @@ pub async fn embeddings(
     ApiJson(req): ApiJson<EmbeddingRequest>,
 ) -> Result<Response, ApiError> {
     let model = state.registry()?.get(&req.model)?;
-    let result = embed(&state, model, req).await;
+    let result = embed(&state, &model, req).await;
     observe(model.name(), "/embeddings", &result);
     result
 }
@@ -104,7 +104,7 @@ async fn media_route(
         prompt_name: None,
         output: EmbeddingOutput::Dense,
     };
-    let result = embed(&state, model, req).await;
+    let result = embed(&state, &model, req).await;
     observe(model.name(), route, &result);
     result
 }

@@ -120,7 +120,7 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownModel { .. } => StatusCode::NOT_FOUND,
             EngineError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             EngineError::Inference(_) | EngineError::Tokenization(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            EngineError::ShuttingDown(_) => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::ShuttingDown(_) | EngineError::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::BadMedia(_) => StatusCode::BAD_REQUEST,
             EngineError::TooManyTokens { .. } | EngineError::InvalidInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
             EngineError::Unsupported(_) => StatusCode::BAD_REQUEST,
@@ -128,6 +128,10 @@ impl From<EngineError> for ApiError {
         let mut err = ApiError::new(status, e.to_string());
         match e {
             EngineError::UnknownModel { .. } => err.param = Some("model".into()),
+            EngineError::NotReady { .. } => {
+                err.param = Some("model".into());
+                err.retry_after_secs = Some(1);
+            }
             EngineError::Overloaded { .. } => err.retry_after_secs = Some(1),
             EngineError::BadMedia(_) | EngineError::InvalidInput(_) => err.param = Some("input".into()),
             _ => {}

@@ -1,6 +1,7 @@
 //! The HTTP layer: routes, request decoding, auth, errors and response shapes. It never blocks; it
 //! awaits the engine.
 
+mod admin;
 mod auth;
 mod classify;
 pub mod cohere;
@@ -24,7 +25,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use tower_http::cors::CorsLayer;
 use utoipa_swagger_ui::SwaggerUi;
@@ -99,6 +100,13 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
     }
     if !prefix.is_empty() {
         app = app.route(&format!("{prefix}/health"), get(health::health));
+    }
+    if state.admin.is_some() {
+        let admin = Router::new()
+            .route("/admin/models", get(admin::list).post(admin::load))
+            .route("/admin/models/{*model}", delete(admin::unload))
+            .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_admin_key));
+        app = if prefix.is_empty() { app.merge(admin) } else { app.nest(prefix, admin) };
     }
     app = app.merge(
         SwaggerUi::new(format!("{prefix}/docs"))

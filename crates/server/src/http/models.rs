@@ -13,7 +13,7 @@ use super::state::AppState;
 /// List the served models with their capabilities and queue statistics.
 #[utoipa::path(get, path = "/models", tag = "models", responses((status = 200, body = ModelList)))]
 pub async fn models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList>, ApiError> {
-    let data = state.registry()?.iter().map(|m| describe(m)).collect();
+    let data = state.registry()?.ready().iter().map(|m| describe(m)).collect();
     Ok(Json(ModelList { object: "list", data, process_resident_bytes: resident_bytes() }))
 }
 
@@ -35,7 +35,7 @@ pub async fn model(
     let registry = state.registry()?;
     // Exact names only: unlike inference routes, a lookup by name must not answer for another model.
     let id = id.trim_start_matches('/');
-    registry.iter().find(|m| m.name() == id).map(|m| Json(describe(m))).ok_or_else(|| {
+    registry.ready().iter().find(|m| m.name() == id).map(|m| Json(describe(m))).ok_or_else(|| {
         ApiError::not_found(format!("model `{id}` is not served here; served models: {}", registry.names().join(", ")))
             .with_param("model")
     })

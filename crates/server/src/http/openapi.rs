@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use super::{classify, cohere, embeddings, error, health, models, rerank, schemas, tei};
+use super::{admin, classify, cohere, embeddings, error, health, models, rerank, schemas, tei};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -31,7 +31,10 @@ use super::{classify, cohere, embeddings, error, health, models, rerank, schemas
         tei::info,
         tei::root,
         cohere::embed,
-        cohere::rerank
+        cohere::rerank,
+        admin::list,
+        admin::load,
+        admin::unload
     ),
     components(schemas(
         schemas::EmbeddingRequest,
@@ -83,6 +86,9 @@ use super::{classify, cohere, embeddings, error, health, models, rerank, schemas
         cohere::CohereRerankResult,
         cohere::CohereDocument,
         cohere::CohereDocumentText,
+        admin::AdminModel,
+        admin::AdminModelList,
+        crate::cli::ModelOptions,
     ))
 )]
 pub struct ApiDoc;

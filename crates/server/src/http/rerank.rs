@@ -36,7 +36,7 @@ pub async fn rerank(State(state): State<Arc<AppState>>, request: Request) -> Res
     }
     let req: RerankRequest = parse(&body)?;
     let model = state.registry()?.get(&req.model)?;
-    let result = score(&state, model, req).await;
+    let result = score(&state, &model, req).await;
     observe(model.name(), "/rerank", &result);
     result
 }

@@ -6,7 +6,9 @@ use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::error::ApiError;
+use crate::cli::ServeArgs;
 use crate::fetch::MediaFetcher;
+use crate::startup::Loader;
 
 /// Limits the HTTP layer enforces before any work is queued.
 #[derive(Debug, Clone)]
@@ -17,6 +19,14 @@ pub struct Limits {
     pub max_media_items: usize,
     /// Deepest nesting of objects and arrays in a request body.
     pub max_json_depth: usize,
+}
+
+/// What the admin API needs: its key, the process's flags (a model loaded at run time takes the non-model ones
+/// from them) and the loader the start-up used.
+pub struct Admin {
+    pub key: String,
+    pub args: ServeArgs,
+    pub loader: Arc<Loader>,
 }
 
 /// Where the process is in its life: the port opens while models load, and stays open while it drains.
@@ -35,6 +45,8 @@ pub struct AppState {
     pub limits: Limits,
     pub metrics: Option<PrometheusHandle>,
     pub api_key: Option<String>,
+    /// The admin API, when `--admin-key` is set.
+    pub admin: Option<Admin>,
     /// Fetches media URLs and decodes data URIs.
     pub fetcher: MediaFetcher,
     /// The CPU pool the models tokenize on; routes that only tokenize use it too.
@@ -46,6 +58,7 @@ impl AppState {
         limits: Limits,
         metrics: Option<PrometheusHandle>,
         api_key: Option<String>,
+        admin: Option<Admin>,
         fetcher: MediaFetcher,
         pool: Arc<TokenizerPool>,
     ) -> Self {
@@ -56,6 +69,7 @@ impl AppState {
             limits,
             metrics,
             api_key,
+            admin,
             fetcher,
             pool,
         }

@@ -300,14 +300,14 @@ pub struct DecodeRequest {
 }
 
 /// The first model that can serve `capability`, or the one the body names.
-fn pick<'a>(state: &'a AppState, requested: Option<&str>, capability: &str) -> Result<&'a Arc<ModelHandle>, TeiError> {
+fn pick(state: &AppState, requested: Option<&str>, capability: &str) -> Result<Arc<ModelHandle>, TeiError> {
     let registry = state.registry()?;
     if let Some(name) = requested {
         return Ok(registry.get(name)?);
     }
-    let mut models = registry.iter();
-    let first = registry.iter().next().ok_or_else(|| TeiError::backend("no model is served"))?;
-    Ok(models.find(|m| m.info().capabilities().contains(&capability)).unwrap_or(first))
+    let models = registry.ready();
+    let first = models.first().ok_or_else(|| TeiError::backend("no model is served"))?;
+    Ok(models.iter().find(|m| m.info().capabilities().contains(&capability)).unwrap_or(first).clone())
 }
 
 fn json_of<T: DeserializeOwned>(body: &Bytes) -> Result<T, TeiError> {
@@ -390,7 +390,7 @@ pub async fn embed(State(state): State<Arc<AppState>>, request: Request) -> Resp
 }
 
 async fn embed_request(state: &AppState, req: EmbedRequest) -> TeiResult {
-    let model = pick(state, req.model.as_deref(), "embed")?;
+    let model = &pick(state, req.model.as_deref(), "embed")?;
     check_batch(state, req.inputs.0.len())?;
     if req.dimensions == Some(0) {
         return Err(TeiError::validation("Input validation error: `dimensions` should be positive"));
@@ -464,7 +464,7 @@ impl Serialize for Floats2 {
               (status = 424, body = TeiErrorBody)))]
 pub async fn embed_all(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
     let req: EmbedRequest = body_of(&state, request).await?;
-    let model = pick(&state, req.model.as_deref(), "embed")?;
+    let model = &pick(&state, req.model.as_deref(), "embed")?;
     check_batch(&state, req.inputs.0.len())?;
     require_embedder(model)?;
     let multi = model.info().task == Task::MultiVector;
@@ -496,7 +496,7 @@ pub async fn embed_sparse(State(state): State<Arc<AppState>>, request: Request) 
 }
 
 async fn embed_sparse_request(state: &Arc<AppState>, req: EmbedRequest) -> TeiResult {
-    let model = pick(state, req.model.as_deref(), "sparse")?;
+    let model = &pick(state, req.model.as_deref(), "sparse")?;
     if !model.info().sparse_output {
         return Err(TeiError::backend(format!(
             "Backend error: Model is not an embedding model with SPLADE pooling or BGE-M3's sparse head (`{}` is {})",
@@ -524,12 +524,16 @@ async fn predict_request(state: &AppState, req: PredictRequest) -> TeiResult {
     let model = match req.model.as_deref() {
         Some(name) => registry.get(name)?,
         // A classifier first, else a reranker (TEI predicts with either).
-        None => registry
-            .iter()
-            .find(|m| matches!(m.info().task, Task::Classify { .. }))
-            .or_else(|| registry.iter().find(|m| m.info().task == Task::Rerank))
-            .or_else(|| registry.iter().next())
-            .ok_or_else(|| TeiError::backend("no model is served"))?,
+        None => {
+            let models = registry.ready();
+            models
+                .iter()
+                .find(|m| matches!(m.info().task, Task::Classify { .. }))
+                .or_else(|| models.iter().find(|m| m.info().task == Task::Rerank))
+                .or_else(|| models.first())
+                .cloned()
+                .ok_or_else(|| TeiError::backend("no model is served"))?
+        }
     };
     let labels: Vec<String> = match &model.info().task {
         Task::Classify { labels, .. } => labels.clone(),
@@ -605,7 +609,7 @@ async fn rerank_request(state: &AppState, req: TeiRerankRequest) -> TeiResult {
     if req.texts.is_empty() {
         return Err(TeiError::empty("`texts` cannot be empty"));
     }
-    let model = pick(state, req.model.as_deref(), "rerank")?;
+    let model = &pick(state, req.model.as_deref(), "rerank")?;
     if !model.info().capabilities().contains(&"rerank") {
         return Err(TeiError::backend("Backend error: model is not a re-ranker model"));
     }
@@ -639,7 +643,7 @@ async fn similarity_request(state: &AppState, req: SimilarityRequest) -> TeiResu
     if req.inputs.sentences.is_empty() {
         return Err(TeiError::empty("`inputs.sentences` cannot be empty"));
     }
-    let model = pick(state, req.model.as_deref(), "embed")?;
+    let model = &pick(state, req.model.as_deref(), "embed")?;
     require_embedder(model)?;
     check_batch(state, req.inputs.sentences.len() + 1)?;
     let items = InputItems(
@@ -665,7 +669,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     responses((status = 200, description = "Per input, its tokens", body = Vec<Vec<SimpleToken>>)))]
 pub async fn tokenize(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
     let req: TokenizeRequest = body_of(&state, request).await?;
-    let model = pick(&state, req.model.as_deref(), "embed")?.clone();
+    let model = pick(&state, req.model.as_deref(), "embed")?;
     let texts = req.inputs.into_vec();
     if texts.is_empty() {
         return Err(TeiError::empty("`inputs` cannot be empty"));
@@ -711,7 +715,7 @@ pub async fn tokenize(State(state): State<Arc<AppState>>, request: Request) -> T
     responses((status = 200, description = "One text per id list", body = Vec<String>)))]
 pub async fn decode(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
     let req: DecodeRequest = body_of(&state, request).await?;
-    let model = pick(&state, req.model.as_deref(), "embed")?.clone();
+    let model = pick(&state, req.model.as_deref(), "embed")?;
     let lists: Vec<Vec<u32>> = req
         .ids
         .0
@@ -768,7 +772,7 @@ pub async fn info(
     let registry = state.registry()?;
     let model = match query.get("model") {
         Some(name) => registry.get(name)?,
-        None => registry.iter().next().ok_or_else(|| TeiError::backend("no model is served"))?,
+        None => registry.ready().into_iter().next().ok_or_else(|| TeiError::backend("no model is served"))?,
     };
     let i = model.info();
     let labels_json = |labels: &[String]| {
@@ -829,7 +833,7 @@ pub async fn root(State(state): State<Arc<AppState>>, request: Request) -> TeiRe
     let registry = state.registry()?;
     let model = match named.as_deref() {
         Some(name) => registry.get(name)?,
-        None => registry.iter().next().ok_or_else(|| TeiError::backend("no model is served"))?,
+        None => registry.ready().into_iter().next().ok_or_else(|| TeiError::backend("no model is served"))?,
     };
     match model.info().task {
         Task::Classify { .. } => predict_request(&state, json_of(&body)?).await,

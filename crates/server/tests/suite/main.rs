@@ -2,6 +2,7 @@
 
 mod common;
 
+mod admin;
 mod bad_input;
 mod clap;
 mod clip;

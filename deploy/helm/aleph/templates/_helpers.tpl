@@ -19,3 +19,7 @@ app.kubernetes.io/component: {{ .group.name }}
 {{- define "aleph.secretName" -}}
 {{- if .Values.apiKey.existingSecret -}}{{ .Values.apiKey.existingSecret }}{{- else -}}{{ printf "%s-api-key" .Release.Name }}{{- end -}}
 {{- end -}}
+
+{{- define "aleph.adminSecretName" -}}
+{{- if .Values.adminKey.existingSecret -}}{{ .Values.adminKey.existingSecret }}{{- else -}}{{ printf "%s-admin-key" .Release.Name }}{{- end -}}
+{{- end -}}
