@@ -13,8 +13,11 @@ use super::state::AppState;
 /// List the served models with their capabilities and queue statistics.
 #[utoipa::path(get, path = "/models", tag = "models", responses((status = 200, body = ModelList)))]
 pub async fn models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList>, ApiError> {
-    let data = state.registry()?.ready().iter().map(|m| describe(m)).collect();
-    Ok(Json(ModelList { object: "list", data, process_resident_bytes: resident_bytes() }))
+    let registry = state.registry()?;
+    let data = registry.ready().iter().map(|m| describe(m)).collect();
+    let weight_bytes_total =
+        registry.entries().iter().filter_map(|e| e.handle.as_ref()).map(|h| h.info().weight_bytes).sum();
+    Ok(Json(ModelList { object: "list", data, process_resident_bytes: resident_bytes(), weight_bytes_total }))
 }
 
 /// One served model, by its served name (OpenAI's `GET /models/{model}`; the name may hold slashes).

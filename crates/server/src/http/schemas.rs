@@ -472,6 +472,8 @@ pub struct ModelList {
     pub data: Vec<ModelInfoBody>,
     /// Resident memory of the whole process (Aleph's extension).
     pub process_resident_bytes: u64,
+    /// Weight bytes held by every model in the process, ready or being removed (Aleph's extension).
+    pub weight_bytes_total: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -178,6 +178,14 @@ fn models_load_serve_unload_and_reload_while_another_model_serves() {
         .map(|m| m["id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(listed, ["minilm", "reranker"]);
+    let total = |s: &Server| {
+        let models = s.request("GET", "/models", None, &[("Authorization", &format!("Bearer {API}"))]).json();
+        models["weight_bytes_total"].as_u64().unwrap()
+    };
+    let reranker_bytes = entry(&s, "reranker").unwrap()["weight_bytes"].as_u64().unwrap();
+    let minilm_bytes = entry(&s, "minilm").unwrap()["weight_bytes"].as_u64().unwrap();
+    assert!(reranker_bytes > 0);
+    assert_eq!(total(&s), minilm_bytes + reranker_bytes, "the process total counts both models");
 
     // The same name again: 409. Options the command line would refuse: 422 naming them; unknown fields: 4xx.
     assert_eq!(
@@ -208,6 +216,7 @@ fn models_load_serve_unload_and_reload_while_another_model_serves() {
     assert_eq!(rerank_logits(&s, "reranker").assert_error(404)["error"]["param"], "model");
     assert_eq!(admin(&s, "DELETE", "/admin/models/reranker", None).status, 404);
     flowing("after the unload");
+    assert_eq!(total(&s), minilm_bytes, "an unloaded model's weights leave the total");
     assert_eq!(admin(&s, "POST", "/admin/models", Some(&body)).status, 202);
     assert_eq!(settled(&s, "reranker")["state"], "ready");
     check_reference_logits(&rerank_logits(&s, "reranker"));

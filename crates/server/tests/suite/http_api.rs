@@ -148,6 +148,7 @@ fn v1_aliases_health_models_docs_and_redirect() {
     let weights = m["weight_bytes"].as_u64().unwrap();
     assert!((38_000_000..48_000_000).contains(&weights), "weight_bytes {weights}");
     assert!(models["process_resident_bytes"].as_u64().unwrap() > weights);
+    assert_eq!(models["weight_bytes_total"].as_u64().unwrap(), weights, "one model holds all the weights");
     let mut plain = s.get("/models").json();
     plain["data"][0]["created"] = m["created"].clone();
     assert_eq!(plain["data"], models["data"], "/models and /v1/models are the same");
