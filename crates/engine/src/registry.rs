@@ -17,6 +17,18 @@ pub enum ModelState {
     Failed(String),
 }
 
+impl ModelState {
+    /// The state's name, as the admin API lists it and messages say it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelState::Loading => "loading",
+            ModelState::Ready => "ready",
+            ModelState::Draining => "draining",
+            ModelState::Failed(_) => "failed",
+        }
+    }
+}
+
 /// One listed model: what was asked for and where it stands.
 #[derive(Clone)]
 pub struct ModelEntry {
@@ -78,11 +90,8 @@ impl ModelRegistry {
         let named = entries.iter().find(|e| e.name == requested);
         match named {
             Some(ModelEntry { state: ModelState::Ready, handle: Some(h), .. }) => return Ok(h.clone()),
-            Some(ModelEntry { state: ModelState::Loading, .. }) => {
-                return Err(EngineError::NotReady { model: requested.to_string(), state: "loading" })
-            }
-            Some(ModelEntry { state: ModelState::Draining, .. }) => {
-                return Err(EngineError::NotReady { model: requested.to_string(), state: "being removed" })
+            Some(ModelEntry { state: state @ (ModelState::Loading | ModelState::Draining), .. }) => {
+                return Err(EngineError::NotReady { model: requested.to_string(), state: state.name() })
             }
             _ => {}
         }
@@ -141,9 +150,10 @@ impl ModelRegistry {
         }
     }
 
-    /// Takes a ready model out of routing and returns it, to be drained; a failed entry is simply forgotten
-    /// (`Ok(None)`). Refused (with the state) while the model is loading or already draining.
-    pub fn begin_drain(&self, name: &str) -> Result<Option<Arc<ModelHandle>>, Option<ModelState>> {
+    /// Takes a ready model out of routing and returns its entry, whose handle is to be drained; a failed entry
+    /// is simply forgotten (returned without a handle). Refused (with the state) while the model is loading or
+    /// already draining.
+    pub fn begin_drain(&self, name: &str) -> Result<ModelEntry, Option<ModelState>> {
         let mut entries = self.write();
         let Some(i) = entries.iter().position(|e| e.name == name) else {
             return Err(None);
@@ -151,12 +161,9 @@ impl ModelRegistry {
         match entries[i].state.clone() {
             ModelState::Ready => {
                 entries[i].state = ModelState::Draining;
-                Ok(entries[i].handle.clone())
+                Ok(entries[i].clone())
             }
-            ModelState::Failed(_) => {
-                entries.remove(i);
-                Ok(None)
-            }
+            ModelState::Failed(_) => Ok(entries.remove(i)),
             state => Err(Some(state)),
         }
     }

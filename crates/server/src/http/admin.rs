@@ -40,27 +40,15 @@ pub struct AdminModelList {
 }
 
 fn describe(e: &ModelEntry) -> AdminModel {
-    let (state, reason) = match &e.state {
-        ModelState::Loading => ("loading", None),
-        ModelState::Ready => ("ready", None),
-        ModelState::Draining => ("draining", None),
-        ModelState::Failed(why) => ("failed", Some(why.clone())),
-    };
     AdminModel {
         name: e.name.clone(),
         model_id: e.model_id.clone(),
-        state,
-        reason,
+        state: e.state.name(),
+        reason: match &e.state {
+            ModelState::Failed(why) => Some(why.clone()),
+            _ => None,
+        },
         weight_bytes: e.handle.as_ref().map(|h| h.info().weight_bytes),
-    }
-}
-
-fn state_word(state: &ModelState) -> &'static str {
-    match state {
-        ModelState::Loading => "loading",
-        ModelState::Ready => "ready",
-        ModelState::Draining => "being removed",
-        ModelState::Failed(_) => "failed",
     }
 }
 
@@ -89,7 +77,7 @@ pub async fn load(
     let registry = state.registry()?.clone();
     let name = spec.served_name.clone();
     registry.begin_load(&name, &spec.model_id).map_err(|held| {
-        ApiError::new(StatusCode::CONFLICT, format!("model `{name}` is already {}", state_word(&held)))
+        ApiError::new(StatusCode::CONFLICT, format!("model `{name}` is already {}", held.name()))
             .with_param("served_model_name")
     })?;
     let answer = AdminModel {
@@ -133,13 +121,11 @@ pub async fn unload(
     let admin = state.admin.as_ref().ok_or_else(|| ApiError::not_found("the admin API is off"))?;
     let registry = state.registry()?.clone();
     let name = name.trim_start_matches('/').to_string();
-    let entry = registry.entries().into_iter().find(|e| e.name == name);
-    let handle = registry.begin_drain(&name).map_err(|held| match held {
+    let entry = registry.begin_drain(&name).map_err(|held| match held {
         None => ApiError::not_found(format!("no model `{name}` is listed")).with_param("model"),
-        Some(held) => ApiError::new(StatusCode::CONFLICT, format!("model `{name}` is {}", state_word(&held))),
+        Some(held) => ApiError::new(StatusCode::CONFLICT, format!("model `{name}` is {}", held.name())),
     })?;
-    let model_id = entry.map(|e| e.model_id).unwrap_or_default();
-    if let Some(handle) = handle {
+    if let Some(handle) = entry.handle {
         // Each in-flight request holds the handle; besides them, only the registry's entry and this one do.
         let deadline = Instant::now() + Duration::from_secs_f64(admin.args.drain_timeout.max(0.0));
         while Arc::strong_count(&handle) > 2 && Instant::now() < deadline {
@@ -156,7 +142,7 @@ pub async fn unload(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("stopping `{name}`: {e}")))?;
         tracing::info!(model = name, "admin: removed");
     }
-    Ok(Json(AdminModel { name, model_id, state: "removed", reason: None, weight_bytes: None }))
+    Ok(Json(AdminModel { name, model_id: entry.model_id, state: "removed", reason: None, weight_bytes: None }))
 }
 
 /// glibc keeps freed memory in its arenas for reuse, so a model's weights freed by an unload would stay

@@ -7,14 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{cosine, floats, minilm, repo_root, Reply, Server};
+use crate::common::{cosine, floats, minilm, repo_root, tiny, Reply, Server};
 
 const ADMIN: &str = "admin-secret";
 const API: &str = "api-secret";
-
-fn tiny(name: &str) -> String {
-    repo_root().join("tests/fixtures/tiny").join(name).to_string_lossy().into_owned()
-}
 
 fn admin(s: &Server, method: &str, path: &str, body: Option<&Value>) -> Reply {
     let auth = format!("Bearer {ADMIN}");
@@ -47,21 +43,21 @@ fn settled(s: &Server, name: &str) -> Value {
     }
 }
 
-/// The tiny cross-encoder's logits for its reference pairs, through `/rerank` on the served name `name`.
+/// The tiny cross-encoder's reference: its pairs and the logits transformers gives them.
+fn rerank_reference() -> Value {
+    let path = repo_root().join("tests/fixtures/tiny/bert-rerank/reference.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The reference pairs' raw scores through `/rerank` on the served name `name`.
 fn rerank_logits(s: &Server, name: &str) -> Reply {
-    let r: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo_root().join("tests/fixtures/tiny/bert-rerank/reference.json")).unwrap(),
-    )
-    .unwrap();
+    let r = rerank_reference();
     api(s, "/rerank", &json!({"model": name, "query": r["query"], "documents": r["documents"], "raw_scores": true}))
 }
 
 fn check_reference_logits(reply: &Reply) {
     assert_eq!(reply.status, 200, "{}", reply.body);
-    let r: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo_root().join("tests/fixtures/tiny/bert-rerank/reference.json")).unwrap(),
-    )
-    .unwrap();
+    let r = rerank_reference();
     let want: Vec<f32> = r["logits"].as_array().unwrap().iter().map(|l| l[0].as_f64().unwrap() as f32).collect();
     let mut got = vec![f32::NAN; want.len()];
     for x in reply.json()["results"].as_array().unwrap() {

@@ -4,12 +4,8 @@
 
 use crate::common;
 
-use common::{cosine, floats, minilm, repo_root, Server};
+use common::{cosine, floats, minilm, tiny, Server};
 use serde_json::{json, Value};
-
-fn tiny(name: &str) -> String {
-    repo_root().join("tests/fixtures/tiny").join(name).to_string_lossy().into_owned()
-}
 
 fn embedding(s: &Server, body: Value) -> Vec<f32> {
     let r = s.post_json("/embeddings", &body);

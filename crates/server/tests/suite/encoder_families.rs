@@ -11,13 +11,8 @@ use crate::common;
 use std::path::PathBuf;
 
 use common::media::{Run, OTHER_PATHS};
-use common::{floats, repo_root, Server};
+use common::{floats, tiny, Server};
 use serde_json::{json, Value};
-
-fn tiny(name: &str) -> String {
-    let p: PathBuf = repo_root().join("tests/fixtures/tiny").join(name);
-    p.to_string_lossy().into_owned()
-}
 
 fn reference(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(PathBuf::from(tiny(name)).join("reference.json")).unwrap()).unwrap()

@@ -3,12 +3,8 @@
 
 use crate::common;
 
-use common::{cosine, floats, minilm, repo_root, Server};
+use common::{cosine, floats, minilm, tiny, Server};
 use serde_json::{json, Value};
-
-fn tiny(name: &str) -> String {
-    repo_root().join("tests/fixtures/tiny").join(name).to_string_lossy().into_owned()
-}
 
 fn serve() -> Server {
     Server::start(&[

@@ -25,6 +25,11 @@ pub fn minilm_dir() -> PathBuf {
     dir
 }
 
+/// A tiny seeded fixture under tests/fixtures/tiny (scripts/make_*.py), as a `--model-id`.
+pub fn tiny(name: &str) -> String {
+    repo_root().join("tests/fixtures/tiny").join(name).to_string_lossy().into_owned()
+}
+
 pub fn minilm() -> String {
     minilm_dir().to_string_lossy().into_owned()
 }
