@@ -1,10 +1,9 @@
-//! Audio bytes through the decoder, resampling and CLAP's feature extraction (the tiny test models': one
-//! window, and feature fusion's four spectrograms).
+//! libFuzzer's harness for `targets/audio_decode.rs` (the body the test suite also replays the seeds through).
 #![no_main]
 
-use std::sync::OnceLock;
+#[path = "../targets/audio_decode.rs"]
+mod body;
 
-use aleph_models::media::audio::{AudioLimits, AudioProcessor};
 use libfuzzer_sys::fuzz_target;
 
 /// The decoders are called behind `catch_unwind` (a third-party decoder's panic on a malformed file is
@@ -15,23 +14,7 @@ fn quiet_caught_panics() {
     ONCE.call_once(|| std::panic::set_hook(Box::new(|_| {})));
 }
 
-fn processors() -> &'static [AudioProcessor; 2] {
-    static P: OnceLock<[AudioProcessor; 2]> = OnceLock::new();
-    P.get_or_init(|| {
-        let load = |name: &str| {
-            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny").join(name);
-            AudioProcessor::from_dir(&dir).expect("a tiny CLAP fixture").with_limits(AudioLimits { max_seconds: 5.0 })
-        };
-        [load("clap"), load("clap-fused")]
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
     quiet_caught_panics();
-    for p in processors() {
-        if let Ok(f) = p.process(data) {
-            assert_eq!(f.data.len(), f.channels * f.frames * f.mels);
-            assert!(f.data.iter().all(|v| v.is_finite()), "features are finite");
-        }
-    }
+    body::run(data, &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny"));
 });

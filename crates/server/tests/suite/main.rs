@@ -12,6 +12,7 @@ mod colpali;
 mod compat;
 mod encoder_families;
 mod engine;
+mod fuzz_seeds;
 mod http_api;
 mod hub_download;
 mod openai_client;
