@@ -7,6 +7,8 @@
 //!
 //!   loadgen --url http://127.0.0.1:7997/embeddings --corpus ../shared/data/stsbenchmark.tsv.gz \
 //!           --batch 8 --concurrency 16 --requests 2000
+//!
+//! `--interval-ms` paces each worker (a steady trickle beside a flood: `bench/flood_trickle.sh`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -56,6 +58,9 @@ struct Args {
     /// documents each.
     #[arg(long)]
     rerank: bool,
+    /// Each worker pauses this long after each answer: a steady trickle rather than a closed loop.
+    #[arg(long, default_value_t = 0)]
+    interval_ms: u64,
 }
 
 struct Outcome {
@@ -92,6 +97,7 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..args.concurrency {
         let (client, bodies, next, start) = (client.clone(), bodies.clone(), next.clone(), measured_start.clone());
         let (url, key, batch, warmup) = (args.url.clone(), args.api_key.clone(), args.batch, args.warmup);
+        let pause = Duration::from_millis(args.interval_ms);
         tasks.push(tokio::spawn(async move {
             let mut out = Outcome { latencies: Vec::new(), errors: Vec::new() };
             loop {
@@ -129,6 +135,9 @@ async fn main() -> anyhow::Result<()> {
                         out.errors.push(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])))
                     }
                     Err(e) => out.errors.push(e.to_string()),
+                }
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
                 }
             }
         }));

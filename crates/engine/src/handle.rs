@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use aleph_models::quantize::{quantize, Calibration, EmbeddingDtype, CALIBRATION_TEXT};
 use aleph_models::tokenizer::Truncation;
 use aleph_models::{
-    AudioProcessor, ImageProcessor, LoadedModel, Model, ModelError, ModelInfo, OutputKind, Task, TextTokenizer,
+    AudioProcessor, Compute, ImageProcessor, LoadedModel, Model, ModelError, ModelInfo, OutputKind, Task, TextTokenizer,
 };
 use tokio::sync::oneshot;
 
@@ -19,6 +19,7 @@ use crate::batcher::BatchPolicy;
 use crate::error::EngineError;
 use crate::prepared::Prepared;
 use crate::queue::{Queue, Reply};
+use crate::scheduler::{ComputeScheduler, ComputeSlot};
 use crate::tokenize::TokenizerPool;
 use crate::worker::{spawn_batcher, spawn_inference, WorkerStats};
 
@@ -48,6 +49,8 @@ pub struct HandleConfig {
     pub default_prompt_name: Option<String>,
     /// `--truncate-dim`: the dimensions of an embedding whose request asks for none (0: all).
     pub truncate_dim: usize,
+    /// `--compute-weight`: this model's share of the cores under contention, relative to the others'.
+    pub compute_weight: f64,
 }
 
 /// One input to a model: a text, a (query, document) pair for a cross-encoder, or an encoded image
@@ -136,8 +139,11 @@ impl ModelHandle {
         more_replicas: Vec<Arc<dyn Model>>,
         config: HandleConfig,
         pool: Arc<TokenizerPool>,
+        scheduler: Option<Arc<ComputeScheduler>>,
     ) -> Result<Self, ModelError> {
         let LoadedModel { model, tokenizer, images, audio, info } = loaded;
+        let scheduled = scheduler.filter(|_| info.backend == Compute::AlephCpu);
+        let slot = ComputeSlot::new(scheduled, &name, config.compute_weight);
         if config.truncate_dim > 0 && (config.truncate_dim > info.dim || info.task != Task::Embed || info.sparse) {
             return Err(ModelError::InvalidOption(format!(
                 "--truncate-dim {} does not fit model `{name}` ({} dimensions, {:?}{})",
@@ -153,17 +159,18 @@ impl ModelHandle {
             })?)),
             None => None,
         };
+        // Warm-up takes its turns like any batch: a model loading while others serve does not stall them.
         if config.warmup {
-            warmup(&name, model.as_ref(), &tokenizer, &info, &config)?;
+            slot.run(|| warmup(&name, model.as_ref(), &tokenizer, &info, &config))?;
             if let Some(images) = &images {
-                warmup_images(&name, model.as_ref(), images, &info, &config)?;
+                slot.run(|| warmup_images(&name, model.as_ref(), images, &info, &config))?;
             }
             if let Some(audio) = &audio {
-                warmup_audio(&name, model.as_ref(), audio, &info, &config)?;
+                slot.run(|| warmup_audio(&name, model.as_ref(), audio, &info, &config))?;
             }
         }
         let calibration = if config.embedding_dtype.needs_calibration() && info.task == Task::Embed {
-            Some(calibrate(model.as_ref(), &tokenizer, config.batch_size)?)
+            Some(slot.run(|| calibrate(model.as_ref(), &tokenizer, config.batch_size))?)
         } else {
             None
         };
@@ -175,7 +182,7 @@ impl ModelHandle {
         let mut threads = vec![spawn_batcher(name.clone(), queue.clone(), policy, tx)];
         let replicas = 1 + more_replicas.len();
         for (i, replica) in std::iter::once(model).chain(more_replicas).enumerate() {
-            threads.push(spawn_inference(name.clone(), i, replica, rx.clone(), stats.clone()));
+            threads.push(spawn_inference(name.clone(), i, replica, rx.clone(), stats.clone(), slot.clone()));
         }
         Ok(ModelHandle {
             name,
@@ -368,6 +375,7 @@ impl ModelHandle {
 
         let (replies, receivers): (Vec<Reply>, Vec<_>) = prepared.iter().map(|_| oneshot::channel()).unzip();
         self.queue.push_all(&self.name, prepared.into_iter().zip(replies).collect())?;
+        crate::usage::charge(prompt_tokens);
 
         let mut result = RunResult {
             vectors: Vec::with_capacity(receivers.len()),

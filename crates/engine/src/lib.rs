@@ -11,11 +11,14 @@ mod handle;
 mod prepared;
 mod queue;
 pub mod registry;
+mod scheduler;
 mod tokenize;
+pub mod usage;
 mod warmup;
 mod worker;
 
 pub use error::EngineError;
 pub use handle::{HandleConfig, Input, ModelHandle, ModelStats, RunOptions, RunResult};
-pub use registry::{ModelEntry, ModelRegistry, ModelState};
+pub use registry::{human_bytes, LoadRefused, Memory, MemoryBudget, ModelEntry, ModelRegistry, ModelState};
+pub use scheduler::{ComputeScheduler, ComputeSlot, YieldPoint};
 pub use tokenize::TokenizerPool;

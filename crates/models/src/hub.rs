@@ -35,6 +35,17 @@ fn offline() -> bool {
         .unwrap_or(false)
 }
 
+/// The folder of `model_id` if its files are here already (a local folder, or a snapshot in the cache): what
+/// [`resolve`] returns without downloading.
+pub fn resolve_local(model_id: &str, revision: Option<&str>) -> Option<PathBuf> {
+    let local = Path::new(model_id);
+    if local.is_dir() {
+        return Some(local.to_path_buf());
+    }
+    let revision = revision.filter(|r| !r.is_empty()).unwrap_or(DEFAULT_REVISION);
+    cached_snapshot(&cache_dir(), model_id, revision)
+}
+
 /// Resolves `model_id` to a folder holding its files, downloading them if needed.
 pub fn resolve(model_id: &str, revision: Option<&str>, progress: bool) -> Result<PathBuf, ModelError> {
     let local = Path::new(model_id);

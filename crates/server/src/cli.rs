@@ -179,6 +179,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_TRUNCATE_DIM", value_delimiter = ';', help_heading = "Models")]
     pub truncate_dim: Vec<String>,
 
+    /// The model's share of the cores when models compete for them, relative to the others' (default 1: equal
+    /// shares); a model with no requests waiting takes none.
+    #[arg(long, env = "ALEPH_COMPUTE_WEIGHT", value_delimiter = ';', help_heading = "Models")]
+    pub compute_weight: Vec<String>,
+
     /// What to serve the model as: auto (as its checkpoint says), embed, rerank or classify. `rerank` on a
     /// causal LM (Qwen3-Reranker, a `Qwen3ForCausalLM`) scores pairs through its prompt, "yes" against "no";
     /// auto does so for a causal LM whose model card says `pipeline_tag: text-ranking` and whose prompt
@@ -286,14 +291,42 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_URL_PREFIX", default_value = "", value_parser = parse_url_prefix, help_heading = "Server")]
     pub url_prefix: String,
 
-    /// Require `Authorization: Bearer <key>` on the API routes (/health stays open).
-    #[arg(long, env = "ALEPH_API_KEY", default_value = "", hide_env_values = true, help_heading = "Server")]
-    pub api_key: String,
+    /// Require `Authorization: Bearer <key>` on the API routes (/health stays open). Repeat the flag (or
+    /// separate keys with commas) for several keys; each gets the default per-key limits.
+    #[arg(long, env = "ALEPH_API_KEY", value_delimiter = ',', hide_env_values = true, help_heading = "Keys")]
+    pub api_key: Vec<String>,
+
+    /// A file of API keys, one per line: `KEY [name=NAME] [max_in_flight=N] [tokens_per_second=R]` (`#` starts a
+    /// comment). A key's own limits replace the defaults; its name labels metrics and logs instead of the key.
+    #[arg(long, env = "ALEPH_API_KEY_FILE", help_heading = "Keys")]
+    pub api_key_file: Option<std::path::PathBuf>,
+
+    /// Default limit on one key's requests in flight at once (0: none); past it, 429 with Retry-After.
+    #[arg(long, env = "ALEPH_API_KEY_MAX_IN_FLIGHT", default_value_t = 0, help_heading = "Keys")]
+    pub api_key_max_in_flight: usize,
+
+    /// Default limit on the tokens one key feeds the models per second (0: none), with a second's worth of
+    /// burst; past it, 429 with Retry-After until the key's bucket refills.
+    #[arg(long, env = "ALEPH_API_KEY_TOKENS_PER_SECOND", default_value_t = 0.0, help_heading = "Keys")]
+    pub api_key_tokens_per_second: f64,
 
     /// Enable the admin API (`/admin/models`: list, load and unload models while serving) behind
     /// `Authorization: Bearer <key>`; a key apart from --api-key. Off when empty.
     #[arg(long, env = "ALEPH_ADMIN_KEY", default_value = "", hide_env_values = true, help_heading = "Server")]
     pub admin_key: String,
+
+    /// The most memory the models' weights may take, per device: bytes (`8Gi`, `512MiB`, `2G`) or a fraction of
+    /// the device's memory (`0.8`, `80%`; the host's is its cgroup limit where lower, each GPU's its own). A load
+    /// that would pass it is refused, naming what holds the memory. Empty: no budget.
+    #[arg(long, env = "ALEPH_MEMORY_BUDGET", value_parser = parse_budget, default_value = "", help_heading = "Serving")]
+    pub memory_budget: crate::memory::BudgetFlag,
+
+    /// `fair`: the models' batches share the cores through one scheduler, each model in proportion to its
+    /// --compute-weight, a short batch overtaking a long one; `off`: every model's batches run as they come
+    /// (the cores go to whichever asks, as in a process per model).
+    #[arg(long, env = "ALEPH_COMPUTE_SCHEDULER", default_value = "fair", value_parser = parse_scheduler, action = ArgAction::Set,
+          help_heading = "Serving")]
+    pub compute_scheduler: bool,
 
     /// Log level: critical, error, warning, info, debug or trace.
     #[arg(long, env = "ALEPH_LOG_LEVEL", default_value = "info", help_heading = "Server")]
@@ -321,6 +354,21 @@ pub struct ServeArgs {
     /// Where GET / redirects to; empty disables the redirect.
     #[arg(long, env = "ALEPH_REDIRECT_SLASH", default_value = "/docs", help_heading = "Server")]
     pub redirect_slash: String,
+}
+
+fn parse_scheduler(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "fair" => Ok(true),
+        "off" | "none" => Ok(false),
+        other => Err(format!("`{other}`: fair or off")),
+    }
+}
+
+fn parse_budget(s: &str) -> Result<crate::memory::BudgetFlag, String> {
+    if s.trim().is_empty() {
+        return Ok(crate::memory::BudgetFlag(None));
+    }
+    s.parse().map(|size| crate::memory::BudgetFlag(Some(size)))
 }
 
 fn parse_url_prefix(s: &str) -> Result<String, String> {
@@ -365,6 +413,8 @@ pub struct ModelSpec {
     pub max_audio_seconds: f64,
     /// `--max-request-tokens`, enforced by the model's handle.
     pub max_request_tokens: usize,
+    /// `--compute-weight`.
+    pub compute_weight: f64,
 }
 
 /// The per-model options of `aleph v2`, as `POST /admin/models` takes them (names as the flags', in snake
@@ -393,6 +443,7 @@ pub struct ModelOptions {
     pub default_prompt_name: Option<String>,
     pub truncate_dim: Option<usize>,
     pub model_warmup: Option<bool>,
+    pub compute_weight: Option<f64>,
 }
 
 impl ServeArgs {
@@ -426,6 +477,7 @@ impl ServeArgs {
         args.rerank_instruction = one(&o.rerank_instruction);
         args.default_prompt_name = one(&o.default_prompt_name);
         args.truncate_dim = one(&o.truncate_dim);
+        args.compute_weight = one(&o.compute_weight);
         (args.model_warmup, args.no_model_warmup) = (o.model_warmup.unwrap_or(true), false);
         let mut specs = args.model_specs()?;
         specs.pop().ok_or_else(|| "model_id: a model is required".to_string())
@@ -455,6 +507,7 @@ impl ServeArgs {
         let instructions = per_model("--rerank-instruction", &self.rerank_instruction, n)?;
         let templates: Vec<RerankTemplate> = parsed("--rerank-template", &self.rerank_template, n, "auto")?;
         let truncate_dim: Vec<Dimensions> = parsed("--truncate-dim", &self.truncate_dim, n, "0")?;
+        let weights: Vec<Weight> = parsed("--compute-weight", &self.compute_weight, n, "1")?;
         let mut specs = Vec::with_capacity(n);
         for (i, id) in ids.iter().enumerate() {
             let device_ids = match device_ids[i].as_deref() {
@@ -484,6 +537,7 @@ impl ServeArgs {
                 max_image_pixels: self.media_max_pixels,
                 max_audio_seconds: self.media_max_seconds,
                 max_request_tokens: self.max_request_tokens,
+                compute_weight: weights[i].0,
             };
             if spec.batch_size == 0 {
                 return Err("--batch-size must be at least 1".into());
@@ -648,6 +702,20 @@ fn per_model<T: Clone>(flag: &str, values: &[T], models: usize) -> Result<Vec<Op
         1 => Ok(vec![Some(values[0].clone()); models]),
         n if n == models => Ok(values.iter().cloned().map(Some).collect()),
         n => Err(format!("{flag}: got {n} values for {models} models (give one value, or one per --model-id)")),
+    }
+}
+
+/// `--compute-weight`: a positive, finite number.
+struct Weight(f64);
+
+impl std::str::FromStr for Weight {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().parse::<f64>() {
+            Ok(w) if w > 0.0 && w.is_finite() => Ok(Weight(w)),
+            _ => Err(format!("`{s}` is not a positive number")),
+        }
     }
 }
 

@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod fetch;
 pub mod http;
+pub mod memory;
 pub mod startup;

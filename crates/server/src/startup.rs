@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use std::path::PathBuf;
 
 use aleph_engine::cache::CacheConfig;
-use aleph_engine::{HandleConfig, ModelHandle, ModelRegistry, TokenizerPool};
+use aleph_engine::{
+    human_bytes, ComputeScheduler, HandleConfig, LoadRefused, Memory, ModelHandle, ModelRegistry, TokenizerPool,
+};
 use aleph_models::media::audio::AudioLimits;
 use aleph_models::media::image::ImageLimits;
 use aleph_models::{hub, Backend, Device, GpuStatus, LoadOptions};
@@ -17,8 +19,10 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::cli::{Engine, ModelSpec, ServeArgs};
 use crate::fetch::guard::Guard;
 use crate::fetch::{FetchConfig, MediaFetcher};
+use crate::http::keys::{ApiKeys, KeyLimits};
 use crate::http::state::{Admin, AppState, Limits};
 use crate::http::{self, HttpConfig};
+use crate::memory;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -44,8 +48,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cache_root: args.vector_cache_root(),
         cache_max_bytes: args.vector_disk_cache_max_bytes,
         pool: pool.clone(),
+        scheduler: args.compute_scheduler.then(ComputeScheduler::new),
     });
     let admin_on = !args.admin_key.is_empty();
+    let keys = ApiKeys::new(
+        &args.api_key,
+        args.api_key_file.as_deref(),
+        KeyLimits { max_in_flight: args.api_key_max_in_flight, tokens_per_second: args.api_key_tokens_per_second },
+    )
+    .map_err(|e| anyhow!(e))?;
+    if !keys.is_empty() {
+        tracing::info!("{} API key(s) accepted", keys.len());
+    }
+    let budget = memory::budget(args.memory_budget.0).map_err(|e| anyhow!(e))?;
+    for (device, limit) in &budget.0 {
+        tracing::info!("memory budget on {device}: {} of weights", human_bytes(*limit));
+    }
+    let registry = ModelRegistry::new(Vec::new()).map_err(|e| anyhow!(e))?.with_budget(budget);
+    let registry = Arc::new(if admin_on { registry.with_exact_names() } else { registry });
     let admin = Some(args.admin_key.clone()).filter(|k| !k.is_empty()).map(|key| Admin {
         key,
         args: args.clone(),
@@ -68,7 +88,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_json_depth: args.max_json_depth,
         },
         metrics,
-        Some(args.api_key.clone()).filter(|k| !k.is_empty()),
+        keys,
         admin,
         fetcher,
         pool.clone(),
@@ -98,14 +118,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
 
     let load = async {
-        let mut handles = Vec::new();
         for spec in specs {
-            let loader = loader.clone();
-            let handle = tokio::task::spawn_blocking(move || loader.load(&spec)).await??;
-            handles.push(Arc::new(handle));
+            registry.begin_load(&spec.served_name, &spec.model_id, Memory::new()).map_err(|refused| match refused {
+                LoadRefused::Busy(_) => anyhow!(
+                    "served model names must be unique: `{}` is used twice (set --served-model-name)",
+                    spec.served_name
+                ),
+                LoadRefused::OverBudget(why) => anyhow!(why),
+            })?;
+            let (loader, registry) = (loader.clone(), registry.clone());
+            tokio::task::spawn_blocking(move || loader.load_into(&registry, &spec)).await??;
         }
-        let registry = ModelRegistry::new(handles).map_err(|e| anyhow!(e))?;
-        anyhow::Ok(Arc::new(if admin_on { registry.with_exact_names() } else { registry }))
+        anyhow::Ok(registry.clone())
     };
     let Some(mut server) = server else {
         let registry = load.await?;
@@ -139,13 +163,45 @@ pub struct Loader {
     cache_root: PathBuf,
     cache_max_bytes: u64,
     pool: Arc<TokenizerPool>,
+    /// Shares the cores among every model's batches (`--compute-scheduler fair`).
+    scheduler: Option<Arc<ComputeScheduler>>,
 }
 
 impl Loader {
-    /// Resolves, loads, warms and starts one model (blocking: call it off the async threads).
-    pub fn load(&self, spec: &ModelSpec) -> anyhow::Result<ModelHandle> {
+    /// Resolves (downloading if needed), loads, warms and starts the model `registry` lists as loading under
+    /// `spec.served_name`, held to the memory budget before its weights are read and again once they are; then it
+    /// serves, or its entry says why not (blocking: call it off the async threads).
+    pub fn load_into(&self, registry: &ModelRegistry, spec: &ModelSpec) -> anyhow::Result<()> {
+        let name = spec.served_name.as_str();
+        let loaded = self.load(registry, spec);
+        let outcome = loaded.map(|handle| {
+            let held = memory::held(spec, handle.info());
+            (Arc::new(handle), held)
+        });
+        match registry.finish_load(name, outcome.map_err(|e| format!("{e:#}"))) {
+            Ok(()) => Ok(()),
+            Err((handle, why)) => {
+                if let Some(handle) = handle {
+                    handle.shutdown();
+                }
+                Err(anyhow!(why))
+            }
+        }
+    }
+
+    fn load(&self, registry: &ModelRegistry, spec: &ModelSpec) -> anyhow::Result<ModelHandle> {
+        let dir = match spec.engine {
+            Engine::Debug => None,
+            Engine::Auto | Engine::Candle => {
+                let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress)
+                    .with_context(|| format!("loading model `{}`", spec.model_id))?;
+                Some(dir)
+            }
+        };
+        registry.reserve(&spec.served_name, memory::expected(spec, dir.as_deref())).map_err(|e| anyhow!("{e}"))?;
         let cache = spec.vector_disk_cache.then(|| (self.cache_root.clone(), self.cache_max_bytes));
-        load_model(spec, self.queue_size, cache, self.pool.clone())
+        load_model(spec, dir, self.queue_size, cache, self.pool.clone(), self.scheduler.clone())
     }
 }
 
@@ -164,9 +220,11 @@ fn log_gpu_status(specs: &[ModelSpec]) {
 /// Resolves, loads and starts one model (with its replicas). Errors name the model.
 fn load_model(
     spec: &ModelSpec,
+    dir: Option<PathBuf>,
     queue_size: usize,
     cache: Option<(PathBuf, u64)>,
     pool: Arc<TokenizerPool>,
+    scheduler: Option<Arc<ComputeScheduler>>,
 ) -> anyhow::Result<ModelHandle> {
     let t0 = Instant::now();
     let ctx = || format!("loading model `{}`", spec.model_id);
@@ -188,13 +246,9 @@ fn load_model(
         (true, Some(&id)) => LoadOptions { device: Device::Cuda(id), ..opts.clone() },
         _ => opts.clone(),
     };
-    let (loaded, source, dir) = match spec.engine {
-        Engine::Debug => (aleph_models::debug::load_debug(), "the debug engine".to_string(), None),
-        Engine::Auto | Engine::Candle => {
-            let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress).with_context(ctx)?;
-            (aleph_models::load(&dir, &first_opts).with_context(ctx)?, dir.display().to_string(), Some(dir))
-        }
+    let (loaded, source) = match &dir {
+        None => (aleph_models::debug::load_debug(), "the debug engine".to_string()),
+        Some(dir) => (aleph_models::load(dir, &first_opts).with_context(ctx)?, dir.display().to_string()),
     };
     if let Some(name) = &spec.default_prompt_name {
         loaded.info.prompts.get(name).map_err(|e| anyhow!("--default-prompt-name for `{}`: {e}", spec.model_id))?;
@@ -260,12 +314,13 @@ fn load_model(
         revision: spec.revision.clone(),
         default_prompt_name: spec.default_prompt_name.clone(),
         truncate_dim: spec.truncate_dim,
+        compute_weight: spec.compute_weight,
         dtype: match spec.dtype {
             aleph_models::DType::Int8 => "int8",
             _ => "float32",
         },
     };
-    ModelHandle::start(spec.served_name.clone(), loaded, more_replicas, config, pool).with_context(ctx)
+    ModelHandle::start(spec.served_name.clone(), loaded, more_replicas, config, pool, scheduler).with_context(ctx)
 }
 
 /// A served name as one folder name.

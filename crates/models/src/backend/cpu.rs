@@ -53,7 +53,7 @@ fn rows_in_parallel(x: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Send +
     }
     if x.len() / width >= 64 {
         use rayon::prelude::*;
-        crate::cpu::pool().install(|| x.par_chunks_mut(width).for_each(&f));
+        crate::cpu::parallel(|| x.par_chunks_mut(width).for_each(&f));
     } else {
         x.chunks_mut(width).for_each(f);
     }
@@ -290,7 +290,7 @@ impl Ops for Cpu {
         self.norm(x, n)?;
         let run = |(dst, src): (&mut [f32], &[f32])| ops::add_assign(dst, src);
         if x.cols > 0 && x.rows >= 64 {
-            crate::cpu::pool().install(|| {
+            crate::cpu::parallel(|| {
                 use rayon::prelude::*;
                 acc.data.par_chunks_mut(x.cols).zip(x.data.par_chunks(x.cols)).for_each(run)
             });
@@ -315,7 +315,7 @@ impl Ops for Cpu {
             act.apply_rows(isa, dst);
             ops::mul(isa, dst, &src[half..]);
         };
-        crate::cpu::pool().install(|| {
+        crate::cpu::parallel(|| {
             use rayon::prelude::*;
             out.data.par_chunks_mut(half).zip(x.data.par_chunks(x.cols)).for_each(run)
         });
@@ -346,7 +346,7 @@ impl Ops for Cpu {
                 }
             }
         };
-        crate::cpu::pool().install(|| {
+        crate::cpu::parallel(|| {
             use rayon::prelude::*;
             qkv.data.par_chunks_mut(ld).enumerate().for_each(rotate)
         });
@@ -440,7 +440,7 @@ impl Ops for Cpu {
             }
         };
         let width = out.cols.max(1);
-        crate::cpu::pool().install(|| {
+        crate::cpu::parallel(|| {
             use rayon::prelude::*;
             out.data.par_chunks_mut(width).enumerate().for_each(job)
         });
@@ -494,7 +494,7 @@ impl Ops for Cpu {
                 }
             })
         };
-        crate::cpu::pool().install(|| {
+        crate::cpu::parallel(|| {
             use rayon::prelude::*;
             out.data.par_chunks_mut(n * c).enumerate().for_each(attend)
         });

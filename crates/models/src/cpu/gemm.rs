@@ -205,7 +205,7 @@ pub(crate) fn split_tiles(
     };
     let tasks = m_tasks * n_splits;
     if tasks > 1 {
-        super::pool().install(|| (0..tasks).into_par_iter().for_each(run));
+        super::parallel(|| (0..tasks).into_par_iter().for_each(run));
     } else {
         run(0);
     }

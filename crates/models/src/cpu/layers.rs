@@ -136,7 +136,7 @@ pub(crate) fn layer_norm_rows(isa: Isa, x: &mut [f32], gamma: &[f32], beta: &[f3
     let rows = x.len() / h;
     let run = |row: &mut [f32]| ops::layer_norm(isa, row, gamma, beta, eps);
     if rows >= 64 {
-        super::pool().install(|| x.par_chunks_mut(h).for_each(run));
+        super::parallel(|| x.par_chunks_mut(h).for_each(run));
     } else {
         x.chunks_mut(h).for_each(run);
     }
@@ -182,7 +182,7 @@ pub(crate) fn attention(
     };
     let seqs = cu_seqlens.len().saturating_sub(1);
     let pairs: Vec<(usize, usize)> = (0..seqs).flat_map(|s| (0..heads).map(move |hh| (s, hh))).collect();
-    super::pool().install(|| pairs.into_par_iter().for_each(job));
+    super::parallel(|| pairs.into_par_iter().for_each(job));
 }
 
 /// One (sequence, query head) of [`attention`].

@@ -81,6 +81,34 @@ pub(crate) fn test_values(len: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+thread_local! {
+    /// The serving engine's yield point for the forward pass this thread runs, if any.
+    static YIELD_POINT: std::cell::RefCell<Option<std::rc::Rc<dyn Fn()>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a forward pass) with `hook` called before each of its parallel regions, where the engine's
+/// compute scheduler may give the pool to another model's batch. Only this thread's regions call it.
+pub fn with_yield_point<R>(hook: std::rc::Rc<dyn Fn()>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<std::rc::Rc<dyn Fn()>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            YIELD_POINT.with(|y| *y.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(YIELD_POINT.with(|y| y.borrow_mut().replace(hook)));
+    f()
+}
+
+/// Runs `op` on the compute pool, first offering the turn at this thread's yield point.
+pub(crate) fn parallel<R: Send>(op: impl FnOnce() -> R + Send) -> R {
+    let hook = YIELD_POINT.with(|y| y.borrow().clone());
+    if let Some(hook) = hook {
+        hook();
+    }
+    pool().install(op)
+}
+
 /// Compute threads for the forward pass: `ALEPH_COMPUTE_THREADS`, else one per core.
 pub fn pool() -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();

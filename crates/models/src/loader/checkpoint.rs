@@ -76,6 +76,17 @@ impl Checkpoint {
 }
 
 impl Checkpoint {
+    /// The least bytes the stored tensors take once loaded at `width` bytes per number, from the safetensors
+    /// headers alone (no tensor data is read): a number stored narrower may be kept as stored (a table read in
+    /// place). Only the numbered blocks count: embedding tables, poolers and output heads, which loads may read
+    /// in place, in part or not at all, are left out. Pickles, whose headers are not read, count as nothing.
+    pub fn min_loaded_bytes(&self, width: u64) -> Result<u64, ModelError> {
+        match self {
+            Checkpoint::Safetensors(files) => files.iter().map(|f| header_min_bytes(f, width)).sum(),
+            Checkpoint::Pickles(_) => Ok(0),
+        }
+    }
+
     /// The safetensors files kept memory-mapped, their tensors readable in place; `None` for pickles.
     pub fn mapped(&self) -> Result<Option<Arc<MappedTensors>>, ModelError> {
         match self {
@@ -258,6 +269,49 @@ fn f16_to_f32(h: u16) -> f32 {
 }
 
 /// The distinct files an index's `weight_map` names, in name order.
+/// What [`Checkpoint::min_loaded_bytes`] counts for one safetensors file.
+fn header_min_bytes(path: &Path, width: u64) -> Result<u64, ModelError> {
+    use std::io::Read;
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        dtype: String,
+        shape: Vec<u64>,
+    }
+    let bad = |reason: String| ModelError::BadFile { path: path.to_path_buf(), reason };
+    let mut file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|e| bad(format!("reading the header length: {e}")))?;
+    let len = u64::from_le_bytes(len);
+    // safetensors caps headers at 100 MB.
+    if len > 100_000_000 {
+        return Err(bad(format!("a header of {len} bytes")));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).map_err(|e| bad(format!("reading the header: {e}")))?;
+    let mut entries: HashMap<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("the header: {e}")))?;
+    entries.remove("__metadata__");
+    let mut total = 0u64;
+    for (name, entry) in entries {
+        // Only the numbered blocks (`encoder.layer.3.`, `layers.11.`), which every load reads whole, are counted:
+        // embedding tables (read in place from the mapped file by the CPU kernels), poolers an embedder never
+        // reads, and output heads a load may read only rows of (an LLM reranker's yes/no logits) are not, so the
+        // figure stays a lower bound.
+        if !name.split('.').any(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let entry: Entry = serde_json::from_value(entry).map_err(|e| bad(format!("tensor `{name}`: {e}")))?;
+        let stored = match entry.dtype.as_str() {
+            "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => 1,
+            "U16" | "I16" | "F16" | "BF16" => 2,
+            "U32" | "I32" | "F32" => 4,
+            _ => 8,
+        };
+        total = total.saturating_add(entry.shape.iter().product::<u64>().saturating_mul(width.min(stored)));
+    }
+    Ok(total)
+}
+
 fn shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>, ModelError> {
     #[derive(serde::Deserialize)]
     struct Index {
@@ -284,6 +338,30 @@ mod tests {
             assert_eq!(f16_to_f32(h), f, "{h:#x}");
         }
         assert!(f16_to_f32(0x7e00).is_nan() && f16_to_f32(0x7c00).is_infinite());
+    }
+
+    /// The headers' element counts, at the loaded width or the stored one if narrower, the numbered blocks only.
+    #[test]
+    fn counts_the_least_a_load_holds_from_the_headers() {
+        use candle_core::{DType, Device, Tensor};
+        let dir = std::env::temp_dir().join(format!("aleph-min-bytes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let zeros = |shape: (usize, usize), dtype| Tensor::zeros(shape, dtype, &Device::Cpu).unwrap();
+        let tensors = HashMap::from([
+            ("encoder.layer.0.dense.weight".to_string(), zeros((3, 4), DType::F32)),
+            ("encoder.layer.1.norm.weight".to_string(), zeros((2, 5), DType::BF16)),
+            ("embeddings.word_embeddings.weight".to_string(), zeros((100, 4), DType::F32)),
+            ("pooler.dense.weight".to_string(), zeros((4, 4), DType::F32)),
+            ("lm_head.weight".to_string(), zeros((100, 4), DType::F32)),
+        ]);
+        candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+        let ckpt = Checkpoint::find(&dir).unwrap();
+        assert_eq!(ckpt.min_loaded_bytes(4).unwrap(), 12 * 4 + 10 * 2);
+        assert_eq!(ckpt.min_loaded_bytes(2).unwrap(), 12 * 2 + 10 * 2);
+        assert_eq!(ckpt.min_loaded_bytes(1).unwrap(), 12 + 10);
+        std::fs::write(dir.join("model.safetensors"), [200, 0, 0, 0, 0, 0, 0, 0, b'{']).unwrap();
+        assert!(ckpt.min_loaded_bytes(4).is_err(), "a truncated header");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Rows read from the file equal the rows of the whole tensor, in every dtype a checkpoint stores.

@@ -60,3 +60,24 @@ fn probe() -> GpuStatus {
         Err(e) => GpuStatus::Unusable(format!("the CUDA driver could not count GPUs: {e}")),
     }
 }
+
+/// The memory of GPU `ordinal` in bytes, where this build can ask the driver.
+pub fn gpu_memory_bytes(ordinal: usize) -> Option<u64> {
+    if !gpu_available() {
+        return None;
+    }
+    total_memory(ordinal)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn total_memory(_ordinal: usize) -> Option<u64> {
+    None
+}
+
+#[cfg(feature = "cuda")]
+fn total_memory(ordinal: usize) -> Option<u64> {
+    use candle_core::cuda_backend::cudarc::driver::result;
+    let device = result::device::get(i32::try_from(ordinal).ok()?).ok()?;
+    // SAFETY: `device` is the handle the driver returned for this ordinal, as total_mem requires.
+    unsafe { result::device::total_mem(device) }.ok().map(|b| b as u64)
+}

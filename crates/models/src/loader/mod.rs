@@ -31,7 +31,7 @@ use crate::models::clip::{Clip, ClipConfig};
 use crate::pooling::{l2_normalize, Pooling, PoolingChoice};
 use crate::tokenizer::TextTokenizer;
 pub use checkpoint::{Checkpoint, MappedMatrix, MappedTensors};
-pub use gpu::{gpu_available, gpu_status, GpuStatus};
+pub use gpu::{gpu_available, gpu_memory_bytes, gpu_status, GpuStatus};
 use towers::{Towers, TowersModel};
 
 /// Runs one batch. Implementations own their weights; the engine calls them from one thread.
@@ -372,6 +372,19 @@ pub struct LoadOptions {
     pub rerank_instruction: Option<String>,
     /// `--rerank-template`.
     pub rerank_template: RerankTemplate,
+}
+
+/// The least memory the weights in `dir` can take once loaded at `dtype`, from the checkpoint's headers: each
+/// stored number as wide as `dtype` keeps it (int8 one byte, bfloat16 two, float32 four) or as stored, if
+/// narrower. The load's measured [`ModelInfo::weight_bytes`] is the real figure; this one is known before any
+/// weight is read.
+pub fn min_weight_bytes(dir: &Path, dtype: DType) -> Result<u64, ModelError> {
+    let per_number = match dtype {
+        DType::Int8 => 1,
+        DType::Float16 | DType::BFloat16 => 2,
+        DType::Auto | DType::Float32 => 4,
+    };
+    Checkpoint::find(dir)?.min_loaded_bytes(per_number)
 }
 
 /// Loads the model in `dir`, choosing the architecture from `config.json`.

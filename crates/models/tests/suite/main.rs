@@ -24,3 +24,4 @@ mod nomic_reference;
 mod qwen3_reference;
 mod refusals;
 mod siglip_reference;
+mod weight_estimate;

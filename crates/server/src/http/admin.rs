@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aleph_engine::{ModelEntry, ModelState};
+use aleph_engine::{LoadRefused, Memory, ModelEntry, ModelState};
+use aleph_models::hub;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -16,6 +17,7 @@ use super::error::ApiError;
 use super::extract::ApiJson;
 use super::state::AppState;
 use crate::cli::ModelOptions;
+use crate::memory;
 
 /// One model as the admin API lists it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -31,6 +33,10 @@ pub struct AdminModel {
     /// Bytes of weights held, once loaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_bytes: Option<u64>,
+    /// Bytes counted against the memory budget per device: what the weights hold once loaded, the least they
+    /// can take while loading.
+    #[serde(skip_serializing_if = "Memory::is_empty")]
+    pub memory: Memory,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -49,6 +55,7 @@ fn describe(e: &ModelEntry) -> AdminModel {
             _ => None,
         },
         weight_bytes: e.handle.as_ref().map(|h| h.info().weight_bytes),
+        memory: e.memory.clone(),
     }
 }
 
@@ -65,7 +72,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<AdminModelL
 #[utoipa::path(post, path = "/admin/models", tag = "admin", request_body = ModelOptions,
     responses(
         (status = 202, description = "Loading in the background", body = AdminModel),
-        (status = 409, description = "A model of that name is loading, served or being removed", body = super::error::ErrorBody),
+        (status = 409, description = "A model of that name is loading, served or being removed, or its weights would pass the memory budget", body = super::error::ErrorBody),
         (status = 422, description = "Invalid options", body = super::error::ErrorBody),
     ))]
 pub async fn load(
@@ -76,9 +83,23 @@ pub async fn load(
     let spec = admin.args.spec_for(&options).map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     let registry = state.registry()?.clone();
     let name = spec.served_name.clone();
-    registry.begin_load(&name, &spec.model_id).map_err(|held| {
-        ApiError::new(StatusCode::CONFLICT, format!("model `{name}` is already {}", held.name()))
-            .with_param("served_model_name")
+    // A model whose files are here is held to the budget now; one still to download, once it is here.
+    let local = hub::resolve_local(&spec.model_id, spec.revision.as_deref());
+    let expected = match local {
+        Some(dir) => {
+            let spec = spec.clone();
+            tokio::task::spawn_blocking(move || memory::expected(&spec, Some(&dir)))
+                .await
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the checkpoint: {e}")))?
+        }
+        None => Memory::new(),
+    };
+    registry.begin_load(&name, &spec.model_id, expected).map_err(|refused| match refused {
+        LoadRefused::Busy(held) => {
+            ApiError::new(StatusCode::CONFLICT, format!("model `{name}` is already {}", held.name()))
+                .with_param("served_model_name")
+        }
+        LoadRefused::OverBudget(why) => ApiError::new(StatusCode::CONFLICT, why).with_param("model_id"),
     })?;
     let answer = AdminModel {
         name: name.clone(),
@@ -86,20 +107,21 @@ pub async fn load(
         state: "loading",
         reason: None,
         weight_bytes: None,
+        memory: registry.entries().into_iter().find(|e| e.name == name).map(|e| e.memory).unwrap_or_default(),
     };
     let loader = admin.loader.clone();
     tokio::spawn(async move {
         let started = Instant::now();
-        let loaded = match tokio::task::spawn_blocking(move || loader.load(&spec)).await {
-            Ok(Ok(handle)) => Ok(Arc::new(handle)),
-            Ok(Err(e)) => Err(format!("{e:#}")),
-            Err(e) => Err(format!("the load stopped: {e}")),
-        };
-        match &loaded {
-            Ok(_) => tracing::info!(model = name, "admin: ready in {:.2} s", started.elapsed().as_secs_f64()),
-            Err(why) => tracing::warn!(model = name, "admin: load failed: {why}"),
+        let in_registry = registry.clone();
+        let loaded = tokio::task::spawn_blocking(move || loader.load_into(&in_registry, &spec)).await;
+        match loaded {
+            Ok(Ok(())) => tracing::info!(model = name, "admin: ready in {:.2} s", started.elapsed().as_secs_f64()),
+            Ok(Err(why)) => tracing::warn!(model = name, "admin: load failed: {why:#}"),
+            Err(e) => {
+                tracing::warn!(model = name, "admin: the load stopped: {e}");
+                let _ = registry.finish_load(&name, Err(format!("the load stopped: {e}")));
+            }
         }
-        registry.finish_load(&name, loaded);
     });
     Ok((StatusCode::ACCEPTED, Json(answer)))
 }
@@ -142,7 +164,14 @@ pub async fn unload(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("stopping `{name}`: {e}")))?;
         tracing::info!(model = name, "admin: removed");
     }
-    Ok(Json(AdminModel { name, model_id: entry.model_id, state: "removed", reason: None, weight_bytes: None }))
+    Ok(Json(AdminModel {
+        name,
+        model_id: entry.model_id,
+        state: "removed",
+        reason: None,
+        weight_bytes: None,
+        memory: Memory::new(),
+    }))
 }
 
 /// glibc keeps freed memory in its arenas for reuse, so a model's weights freed by an unload would stay

@@ -9,6 +9,7 @@ mod embeddings;
 pub mod error;
 pub mod extract;
 mod health;
+pub mod keys;
 mod models;
 pub mod openapi;
 mod rerank;

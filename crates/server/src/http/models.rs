@@ -17,7 +17,16 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList
     let data = registry.ready().iter().map(|m| describe(m)).collect();
     let weight_bytes_total =
         registry.entries().iter().filter_map(|e| e.handle.as_ref()).map(|h| h.info().weight_bytes).sum();
-    Ok(Json(ModelList { object: "list", data, process_resident_bytes: resident_bytes(), weight_bytes_total }))
+    let memory_budget = registry.budget().0.clone();
+    let memory_held = if memory_budget.is_empty() { Default::default() } else { registry.held() };
+    Ok(Json(ModelList {
+        object: "list",
+        data,
+        process_resident_bytes: resident_bytes(),
+        weight_bytes_total,
+        memory_budget,
+        memory_held,
+    }))
 }
 
 /// One served model, by its served name (OpenAI's `GET /models/{model}`; the name may hold slashes).

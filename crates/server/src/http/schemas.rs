@@ -474,6 +474,13 @@ pub struct ModelList {
     pub process_resident_bytes: u64,
     /// Weight bytes held by every model in the process, ready or being removed (Aleph's extension).
     pub weight_bytes_total: u64,
+    /// `--memory-budget` per device (`cpu`, `cuda:0`, ...) in bytes, when set (Aleph's extension).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub memory_budget: std::collections::BTreeMap<String, u64>,
+    /// Bytes held or reserved per device against the budget: models ready, being removed or loading (Aleph's
+    /// extension).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub memory_held: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

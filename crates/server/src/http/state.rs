@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::error::ApiError;
+use super::keys::ApiKeys;
 use crate::cli::ServeArgs;
 use crate::fetch::MediaFetcher;
 use crate::startup::Loader;
@@ -44,7 +45,8 @@ pub struct AppState {
     in_flight: AtomicUsize,
     pub limits: Limits,
     pub metrics: Option<PrometheusHandle>,
-    pub api_key: Option<String>,
+    /// The API keys; none: the API is open.
+    pub keys: ApiKeys,
     /// The admin API, when `--admin-key` is set.
     pub admin: Option<Admin>,
     /// Fetches media URLs and decodes data URIs.
@@ -57,7 +59,7 @@ impl AppState {
     pub fn new(
         limits: Limits,
         metrics: Option<PrometheusHandle>,
-        api_key: Option<String>,
+        keys: ApiKeys,
         admin: Option<Admin>,
         fetcher: MediaFetcher,
         pool: Arc<TokenizerPool>,
@@ -68,7 +70,7 @@ impl AppState {
             in_flight: AtomicUsize::new(0),
             limits,
             metrics,
-            api_key,
+            keys,
             admin,
             fetcher,
             pool,

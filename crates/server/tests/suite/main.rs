@@ -3,6 +3,7 @@
 mod common;
 
 mod admin;
+mod api_keys;
 mod bad_input;
 mod clap;
 mod clip;
@@ -15,6 +16,7 @@ mod engine;
 mod fuzz_seeds;
 mod http_api;
 mod hub_download;
+mod memory_budget;
 mod openai_client;
 mod parity;
 mod rerank_classify;

@@ -23,3 +23,7 @@ app.kubernetes.io/component: {{ .group.name }}
 {{- define "aleph.adminSecretName" -}}
 {{- if .Values.adminKey.existingSecret -}}{{ .Values.adminKey.existingSecret }}{{- else -}}{{ printf "%s-admin-key" .Release.Name }}{{- end -}}
 {{- end -}}
+
+{{- define "aleph.keyFileSecretName" -}}
+{{- if .Values.apiKeyFile.existingSecret -}}{{ .Values.apiKeyFile.existingSecret }}{{- else -}}{{ printf "%s-api-keys" .Release.Name }}{{- end -}}
+{{- end -}}
