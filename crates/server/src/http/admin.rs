@@ -84,17 +84,17 @@ pub async fn load(
     let registry = state.registry()?.clone();
     let name = spec.served_name.clone();
     // A model whose files are here is held to the budget now; one still to download, once it is here.
-    let local = hub::resolve_local(&spec.model_id, spec.revision.as_deref());
-    let expected = match local {
-        Some(dir) => {
-            let spec = spec.clone();
-            tokio::task::spawn_blocking(move || memory::expected(&spec, Some(&dir)))
-                .await
-                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the checkpoint: {e}")))?
-        }
-        None => Memory::new(),
+    // Off the async threads: the lookup touches the file system, the estimate reads the checkpoint's headers.
+    let expected = {
+        let spec = spec.clone();
+        tokio::task::spawn_blocking(move || match hub::resolve_local(&spec.model_id, spec.revision.as_deref()) {
+            Some(dir) => memory::expected(&spec, Some(&dir)),
+            None => Memory::new(),
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the checkpoint: {e}")))?
     };
-    registry.begin_load(&name, &spec.model_id, expected).map_err(|refused| match refused {
+    registry.begin_load(&name, &spec.model_id, expected.clone()).map_err(|refused| match refused {
         LoadRefused::Busy(held) => {
             ApiError::new(StatusCode::CONFLICT, format!("model `{name}` is already {}", held.name()))
                 .with_param("served_model_name")
@@ -107,7 +107,7 @@ pub async fn load(
         state: "loading",
         reason: None,
         weight_bytes: None,
-        memory: registry.entries().into_iter().find(|e| e.name == name).map(|e| e.memory).unwrap_or_default(),
+        memory: expected,
     };
     let loader = admin.loader.clone();
     tokio::spawn(async move {

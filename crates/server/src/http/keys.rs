@@ -124,29 +124,27 @@ impl ApiKeys {
                 let line = line.split('#').next().unwrap_or("").trim();
                 let mut words = line.split_whitespace();
                 let Some(key) = words.next() else { continue };
-                let mut entry = ApiKey::new(key.to_string(), format!("key-{}", keys.len() + 1), defaults);
+                let (mut name, mut limits) = (format!("key-{}", keys.len() + 1), defaults);
                 for word in words {
                     let (field, value) =
                         word.split_once('=').ok_or_else(|| at(format!("`{word}` is not field=value")))?;
                     let number = || at(format!("{field}: `{value}` is not a number"));
                     match field {
-                        "name" if !value.is_empty() => entry.name = value.to_string(),
-                        "max_in_flight" => entry.limits.max_in_flight = value.parse().map_err(|_| number())?,
+                        "name" if !value.is_empty() => name = value.to_string(),
+                        "max_in_flight" => limits.max_in_flight = value.parse().map_err(|_| number())?,
                         "tokens_per_second" => {
                             let rate: f64 = value.parse().map_err(|_| number())?;
                             if !(rate >= 0.0 && rate.is_finite()) {
                                 return Err(number());
                             }
-                            entry.limits.tokens_per_second = rate;
+                            limits.tokens_per_second = rate;
                         }
                         _ => {
                             return Err(at(format!("unknown field `{field}` (name, max_in_flight, tokens_per_second)")))
                         }
                     }
                 }
-                *entry.bucket.get_mut().unwrap_or_else(|p| p.into_inner()) =
-                    (entry.limits.tokens_per_second, Instant::now());
-                keys.push(entry);
+                keys.push(ApiKey::new(key.to_string(), name, limits));
             }
         }
         for (i, k) in keys.iter().enumerate() {

@@ -65,7 +65,7 @@ fn loads_past_the_budget_are_refused_naming_what_holds_it() {
         "{message}"
     );
     assert_eq!(err["error"]["param"], "model_id");
-    assert!(settled_or_absent(&s, "mpnet"), "a refused load is not listed");
+    assert!(unlisted(&s, "mpnet"), "a refused load is not listed");
 
     // In int8 (a byte per number, 85 MB) it fits beside MiniLM.
     let body = json!({"model_id": mpnet(), "served_model_name": "mpnet", "dtype": "int8", "model_warmup": false});
@@ -87,7 +87,7 @@ fn loads_past_the_budget_are_refused_naming_what_holds_it() {
     assert_eq!(s.get("/models").json()["memory_held"], json!({"cpu": minilm_bytes}));
 }
 
-fn settled_or_absent(s: &Server, name: &str) -> bool {
+fn unlisted(s: &Server, name: &str) -> bool {
     let list = admin(s, "GET", "/admin/models", None).json();
     !list["data"].as_array().unwrap().iter().any(|e| e["name"] == name)
 }
