@@ -27,7 +27,8 @@ cleanup() {
 trap cleanup EXIT
 
 serve() {
-  "$aleph" v2 --model-id "$model_dir" --served-model-name "flooded;trickled" --port "$port" \
+  "$aleph" v2 --model-id "$model_dir" --served-model-name flooded --model-id "$model_dir" \
+    --served-model-name trickled --port "$port" \
     --compute-scheduler "$1" >"/tmp/aleph-flood-$1.log" 2>&1 &
   pid=$!
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
@@ -41,6 +42,12 @@ trickle_run() {
     --requests "$trickle" --warmup 20 --interval-ms "$interval" --json --label "$1"
 }
 
+# Requests the flood has had answered, from the server's own counter.
+flood_answered() {
+  curl -s "http://127.0.0.1:$port/metrics" |
+    awk '/^aleph_requests_total\{/ && /model="flooded"/ && /status="200"/ { n += $NF } END { print n + 0 }'
+}
+
 for mode in fair off; do
   serve "$mode"
   trickle_run "trickle alone, scheduler $mode"
@@ -49,7 +56,11 @@ for mode in fair off; do
     --json --label flood >/dev/null 2>&1 &
   flood=$!
   sleep 2
+  before=$(flood_answered) t0=$(date +%s.%N)
   trickle_run "trickle beside the flood, scheduler $mode"
+  after=$(flood_answered) t1=$(date +%s.%N)
+  awk -v n=$((after - before)) -v a="$t0" -v b="$t1" -v m="$mode" \
+    'BEGIN { printf "{\"label\":\"flood meanwhile, scheduler %s\",\"sentences_per_s\":%.1f}\n", m, n * 32 / (b - a) }'
   kill "$flood" 2>/dev/null || true
   wait "$flood" 2>/dev/null || true
   flood=""

@@ -6,6 +6,11 @@
 //!
 //! The CPU path computes each sequence the same way whatever it is batched with, so the check is exact:
 //! a response must equal its solo answer byte for byte in `data` / `results`.
+//!
+//! With `--churn-model-id DIR --admin-key KEY` (the server started with that `--admin-key`), one more task loads
+//! that model through `POST /admin/models`, checks its answers against the first load's, and unloads it with
+//! `DELETE /admin/models/{name}`, over and over while the load runs; the server's resident memory after each
+//! unload is reported beside the one before the first load.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,6 +47,109 @@ struct Args {
     /// Distinct request bodies, each checked against its solo answer.
     #[arg(long, default_value_t = 300)]
     templates: usize,
+    /// A model to load and unload at runtime while the load runs (needs `--admin-key`).
+    #[arg(long, requires = "admin_key")]
+    churn_model_id: Option<String>,
+    /// The server's `--admin-key`.
+    #[arg(long)]
+    admin_key: Option<String>,
+}
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+/// One request; the status and body.
+async fn send(
+    client: &HttpClient,
+    method: &str,
+    url: &str,
+    auth: Option<&str>,
+    body: Bytes,
+) -> anyhow::Result<(u16, Bytes)> {
+    let mut req = Request::builder().method(method).uri(url).header("content-type", "application/json");
+    if let Some(key) = auth {
+        req = req.header("authorization", format!("Bearer {key}"));
+    }
+    let resp = client.request(req.body(Full::new(body))?).await?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, body))
+}
+
+/// What the churn task saw: cycles completed, answers differing from the first load's, failures (with the
+/// first reason), and the resident set after each unload (KiB).
+#[derive(Default)]
+struct Churn {
+    cycles: usize,
+    mismatches: usize,
+    failures: Vec<String>,
+    rss_after_unload_kb: Vec<u64>,
+}
+
+/// Loads, checks and unloads `model_id` as `churned` until `done` is set.
+async fn churn(client: HttpClient, args: Arc<Args>, corpus: Arc<Vec<String>>, done: Arc<AtomicUsize>) -> Churn {
+    let (url, key) = (args.url.clone(), args.admin_key.clone().unwrap_or_default());
+    let model_id = args.churn_model_id.clone().unwrap_or_default();
+    let mut out = Churn::default();
+    let bodies: Vec<Bytes> = (0..8)
+        .map(|i| {
+            let input: Vec<&String> = (0..1 + i % 4).map(|k| &corpus[(i * 131 + k * 17) % corpus.len()]).collect();
+            Bytes::from(json!({"model": "churned", "input": input}).to_string())
+        })
+        .collect();
+    let mut first: Vec<Value> = Vec::new();
+    while done.load(Ordering::Relaxed) == 0 {
+        let cycle = async {
+            let load = json!({"model_id": model_id, "served_model_name": "churned"}).to_string();
+            let (status, body) = send(&client, "POST", &format!("{url}/admin/models"), Some(&key), load.into()).await?;
+            anyhow::ensure!(status == 202, "load answered {status}: {}", String::from_utf8_lossy(&body));
+            loop {
+                let (_, body) = send(&client, "GET", &format!("{url}/admin/models"), Some(&key), Bytes::new()).await?;
+                let list: Value = serde_json::from_slice(&body)?;
+                let state = list["data"]
+                    .as_array()
+                    .and_then(|d| d.iter().find(|e| e["name"] == "churned"))
+                    .map(|e| e["state"].clone())
+                    .unwrap_or(Value::Null);
+                match state.as_str() {
+                    Some("ready") => break,
+                    Some("loading") => tokio::time::sleep(Duration::from_millis(20)).await,
+                    _ => anyhow::bail!("the churned model is {state} after its load"),
+                }
+            }
+            let mut mismatches = 0;
+            for (i, b) in bodies.iter().enumerate() {
+                let (status, body) = send(&client, "POST", &format!("{url}/embeddings"), None, b.clone()).await?;
+                anyhow::ensure!(status == 200, "embeddings answered {status}: {}", String::from_utf8_lossy(&body));
+                let data = serde_json::from_slice::<Value>(&body)?["data"].clone();
+                match first.get(i) {
+                    Some(f) if *f != data => mismatches += 1,
+                    Some(_) => {}
+                    None => first.push(data),
+                }
+            }
+            let del = format!("{url}/admin/models/churned");
+            let (status, body) = send(&client, "DELETE", &del, Some(&key), Bytes::new()).await?;
+            anyhow::ensure!(status == 200, "unload answered {status}: {}", String::from_utf8_lossy(&body));
+            anyhow::Ok(mismatches)
+        };
+        match cycle.await {
+            Ok(m) => {
+                out.cycles += 1;
+                out.mismatches += m;
+                if let Some(kb) = args.pid.and_then(rss_kb) {
+                    out.rss_after_unload_kb.push(kb);
+                }
+            }
+            Err(e) => {
+                out.failures.push(e.to_string());
+                // Leave nothing loaded behind a failed cycle before the next try.
+                let del = format!("{url}/admin/models/churned");
+                let _ = send(&client, "DELETE", &del, Some(&key), Bytes::new()).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    out
 }
 
 struct Template {
@@ -94,28 +202,23 @@ fn rss_kb(pid: u32) -> Option<u64> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let corpus = aleph_bench::load_sentences(&args.corpus)?;
+    let args = Arc::new(Args::parse());
+    let corpus = Arc::new(aleph_bench::load_sentences(&args.corpus)?);
     let templates = Arc::new(templates(&args, &corpus));
-    let client: Client<_, Full<Bytes>> =
+    let client: HttpClient =
         Client::builder(TokioExecutor::new()).pool_max_idle_per_host(args.concurrency).build_http();
-    let send = |client: Client<_, Full<Bytes>>, url: String, body: Bytes| async move {
-        let req = Request::post(url).header("content-type", "application/json").body(Full::new(body))?;
-        let resp = client.request(req).await?;
-        let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await?.to_bytes();
-        anyhow::Ok((status, body))
-    };
 
     // Solo answers, one request at a time.
     let mut solo = Vec::with_capacity(templates.len());
     for t in templates.iter() {
-        let (status, body) = send(client.clone(), format!("{}{}", args.url, t.route), t.body.clone()).await?;
+        let (status, body) = send(&client, "POST", &format!("{}{}", args.url, t.route), None, t.body.clone()).await?;
         anyhow::ensure!(status == 200, "solo {} answered {status}: {}", t.route, String::from_utf8_lossy(&body));
         let v: Value = serde_json::from_slice(&body)?;
         solo.push(v[t.field].clone());
     }
     let solo = Arc::new(solo);
+    // The baseline for the churned model's unloads: the server warm, before anything is loaded at runtime.
+    let rss_before = args.pid.and_then(rss_kb);
 
     // Memory, sampled every 500 ms while the load runs.
     let samples = Arc::new(Mutex::new(Vec::<(f64, u64)>::new()));
@@ -133,6 +236,11 @@ async fn main() -> anyhow::Result<()> {
         })
     });
 
+    let churner = args
+        .churn_model_id
+        .is_some()
+        .then(|| tokio::spawn(churn(client.clone(), args.clone(), corpus.clone(), done.clone())));
+
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
@@ -149,7 +257,7 @@ async fn main() -> anyhow::Result<()> {
                 }
                 let t = &templates[i % templates.len()];
                 let t0 = Instant::now();
-                match send(client.clone(), format!("{url}{}", t.route), t.body.clone()).await {
+                match send(&client, "POST", &format!("{url}{}", t.route), None, t.body.clone()).await {
                     Ok((status, body)) => {
                         max_latency = max_latency.max(t0.elapsed());
                         *statuses.entry(status).or_default() += 1;
@@ -178,6 +286,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let secs = started.elapsed().as_secs_f64();
     done.store(1, Ordering::Relaxed);
+    let churned = match churner {
+        Some(task) => Some(task.await?),
+        None => None,
+    };
     if let Some(s) = sampler {
         let _ = s.join();
     }
@@ -195,6 +307,14 @@ async fn main() -> anyhow::Result<()> {
             "max_latency_ms": max_latency.as_secs_f64() * 1e3,
             "rss_mb_curve": samples.iter().step_by((samples.len() / 20).max(1))
                 .map(|(t, kb)| json!([ (t * 10.0).round() / 10.0, kb / 1024 ])).collect::<Vec<_>>(),
+            "churn": churned.map(|c| json!({
+                "cycles": c.cycles, "mismatches_vs_first_load": c.mismatches, "failed_cycles": c.failures.len(),
+                "first_failure": c.failures.first(),
+                "rss_mb_before_first_load": rss_before.map(|kb| kb / 1024),
+                "rss_mb_after_unloads": c.rss_after_unload_kb.iter().step_by((c.rss_after_unload_kb.len() / 10).max(1))
+                    .map(|kb| kb / 1024).collect::<Vec<_>>(),
+                "rss_mb_after_last_unload": c.rss_after_unload_kb.last().map(|kb| kb / 1024),
+            })),
         })
     );
     Ok(())

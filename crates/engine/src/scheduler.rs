@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 /// at this much more latency.
 const GRANULARITY: Duration = Duration::from_micros(500);
 
+/// How long a model must have had no batch to count as idle. The moment between two batches of a busy model
+/// (the batcher handing over the next one) is not idleness: it keeps the virtual time it is owed.
+const IDLE_AFTER: Duration = Duration::from_millis(10);
+
 #[derive(Default)]
 pub struct ComputeScheduler {
     state: Mutex<State>,
@@ -28,9 +32,15 @@ struct State {
     holder: Option<u64>,
     /// Batches begun and not finished: running or waiting for their turn.
     batches: HashMap<u64, Batch>,
-    /// Each model's virtual time, kept while it is idle so a model cannot bank credit by pausing (see `begin`).
-    vtime: HashMap<String, f64>,
+    /// Each model's virtual time and when its last batch ended, kept between batches so a model cannot bank
+    /// credit by pausing (see `begin`).
+    kept: HashMap<String, Kept>,
     next_id: u64,
+}
+
+struct Kept {
+    vtime: f64,
+    ended: Instant,
 }
 
 struct Batch {
@@ -63,12 +73,16 @@ impl ComputeScheduler {
     }
 
     /// Registers a batch. A model that was idle starts no further behind than the least virtual time of the
-    /// batches there now: idling earns no credit to spend later.
+    /// batches there now: idling earns no credit to spend later. A busy model's next batch keeps its place.
     fn begin(&self, model: &str, weight: f64) -> u64 {
         let mut s = self.lock();
         let floor = s.batches.values().map(|b| b.vtime).fold(f64::INFINITY, f64::min);
-        let own = s.vtime.get(model).copied().unwrap_or(0.0);
-        let vtime = if floor.is_finite() { own.max(floor - GRANULARITY.as_secs_f64()) } else { own };
+        let busy = s.batches.values().any(|b| b.model == model);
+        let (own, idle) = match s.kept.get(model) {
+            Some(k) => (k.vtime, !busy && k.ended.elapsed() > IDLE_AFTER),
+            None => (0.0, !busy),
+        };
+        let vtime = if idle && floor.is_finite() { own.max(floor - GRANULARITY.as_secs_f64()) } else { own };
         let id = s.next_id;
         s.next_id += 1;
         s.batches.insert(id, Batch { model: model.to_string(), weight: weight.max(1e-3), vtime, since: None });
@@ -188,8 +202,9 @@ impl Drop for Finish<'_> {
         let mut s = self.scheduler.lock();
         self.scheduler.release(&mut s, self.id);
         if let Some(b) = s.batches.remove(&self.id) {
-            let kept = s.vtime.entry(b.model).or_insert(0.0);
-            *kept = kept.max(b.vtime);
+            let kept = s.kept.entry(b.model).or_insert(Kept { vtime: 0.0, ended: Instant::now() });
+            kept.vtime = kept.vtime.max(b.vtime);
+            kept.ended = Instant::now();
         }
         self.scheduler.turn.notify_all();
     }
@@ -293,6 +308,43 @@ mod tests {
         let (heavy, light) = (done[0].load(Ordering::SeqCst) as f64, done[1].load(Ordering::SeqCst) as f64);
         let ratio = heavy / light.max(1.0);
         assert!((2.0..4.5).contains(&ratio), "weights 3:1 gave {heavy} and {light} batches");
+    }
+
+    /// A model whose batches follow each other keeps what it is owed between them, even against a batch whose
+    /// parallel regions are long (a big model's warm-up: a GEMM of hundreds of milliseconds): the moment between
+    /// two of its batches is not idleness.
+    #[test]
+    fn back_to_back_batches_keep_their_share_against_long_regions() {
+        let _timed = timed();
+        let scheduler = ComputeScheduler::new();
+        let until = Instant::now() + Duration::from_millis(800);
+        let coarse = {
+            let scheduler = scheduler.clone();
+            std::thread::spawn(move || {
+                scheduler.run("coarse", 1.0, |y| {
+                    let mut used = Duration::ZERO;
+                    while Instant::now() < until {
+                        let region = Instant::now();
+                        while region.elapsed() < Duration::from_millis(40) {
+                            std::hint::spin_loop();
+                        }
+                        used += region.elapsed();
+                        y.offer();
+                    }
+                    used
+                })
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        let mut fine = Duration::ZERO;
+        while Instant::now() < until {
+            // `work` spins its 2 ms outside the waits at its yield points.
+            scheduler.run("fine", 1.0, |y| work(2, &y));
+            fine += Duration::from_millis(2);
+        }
+        let coarse = coarse.join().unwrap();
+        let share = fine.as_secs_f64() / (fine + coarse).as_secs_f64();
+        assert!(share > 0.35, "back-to-back batches got {share:.2} of the compute ({fine:?} against {coarse:?})");
     }
 
     #[test]
