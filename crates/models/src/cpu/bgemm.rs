@@ -122,7 +122,7 @@ fn gemm_on(native: bool, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, e
         return;
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
-    split_tiles(m, MR, n.div_ceil(NR), parallel, |rows, cols| {
+    split_tiles(m, MR, n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
         // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
         if native {
             ROWS.with(|buf| unsafe { native_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) });

@@ -173,23 +173,49 @@ pub(crate) unsafe fn gemm_raw(a: MatRef, b: &PackedB, out: Out, epi: Epilogue, p
     }
     let isa = Isa::get();
     let (panels, mr) = (n.div_ceil(b.nr), isa.mr());
-    split_tiles(m, mr, panels, parallel, |rows, cols| {
+    split_tiles(m, mr, panels, n * k, parallel, |rows, cols| {
         // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
         unsafe { gemm_block(isa, a, b, out, rows, cols, epi) }
     });
 }
 
+/// Most multiply-adds in one parallel region of a product: about 10-20 ms on two cores. A larger product runs
+/// as several regions over consecutive row chunks, so the compute scheduler can give the cores to another
+/// model between them (a big model's warm-up GEMM is otherwise one region of most of a second). Each row's
+/// arithmetic does not depend on where its chunk starts: the results are the same either way.
+const REGION_MACS: usize = 1 << 30;
+
 /// Splits a product's `m` rows (in micro-panels of `mr`) and `panels` column panels into one task per compute
 /// thread, by balanced contiguous row ranges, or by columns when the rows are few, and runs `f(rows, panels)`
-/// for each non-empty one (on the compute pool when `parallel` and there are several). The f32, int8 and bf16
-/// GEMMs share it.
+/// for each non-empty one (on the compute pool when `parallel` and there are several). Products of more than
+/// [`REGION_MACS`] (`macs_per_row` each row) go by in row chunks, one parallel region each. The f32, int8 and
+/// bf16 GEMMs share it.
 pub(crate) fn split_tiles(
     m: usize,
     mr: usize,
     panels: usize,
+    macs_per_row: usize,
     parallel: bool,
     f: impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Send + Sync,
 ) {
+    let chunk = if parallel { (REGION_MACS / macs_per_row.max(1) / mr).max(1) * mr } else { m };
+    let mut start = 0;
+    while start < m {
+        let end = (start + chunk).min(m);
+        split_chunk(start..end, mr, panels, parallel, &f);
+        start = end;
+    }
+}
+
+/// [`split_tiles`] for the rows `span`, as one parallel region.
+fn split_chunk(
+    span: std::ops::Range<usize>,
+    mr: usize,
+    panels: usize,
+    parallel: bool,
+    f: &(impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Send + Sync),
+) {
+    let (base, m) = (span.start, span.len());
     let micro = m.div_ceil(mr);
     let threads = if parallel { super::pool().current_num_threads() } else { 1 };
     let m_tasks = if micro >= 4 * threads { threads } else { 1 };
@@ -200,7 +226,7 @@ pub(crate) fn split_tiles(
         let per = panels.div_ceil(n_splits);
         let cols = ns * per..((ns + 1) * per).min(panels);
         if !rows.is_empty() && !cols.is_empty() {
-            f(rows, cols);
+            f(base + rows.start..base + rows.end, cols);
         }
     };
     let tasks = m_tasks * n_splits;
@@ -505,6 +531,31 @@ mod tests {
                 let want: f32 = (0..k).map(|p| a[i * lda + p] * b[p * n + j]).sum();
                 assert!((c[i * ldc + j] - want).abs() < 1e-4, "({i},{j})");
             }
+        }
+    }
+
+    /// A product past [`REGION_MACS`] runs as several parallel regions, each offering the scheduler its turn,
+    /// and every row comes out bit for bit as it does computed on its own.
+    #[test]
+    fn a_large_product_yields_between_row_chunks_with_the_same_rows() {
+        let (m, n, k) = (2200, 768, 768);
+        assert!(m * n * k > REGION_MACS);
+        let a = data(m * k, 7);
+        let w = data(n * k, 8);
+        let packed = PackedB::pack(k, n, &w, 1, k);
+        let offers = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut c = vec![0f32; m * n];
+        let counter = offers.clone();
+        crate::cpu::with_yield_point(std::rc::Rc::new(move || counter.set(counter.get() + 1)), || {
+            gemm(MatRef { data: &a, rows: m, cols: k, ld: k }, &packed, &mut c, n, Epilogue::None, true)
+        });
+        assert!(offers.get() >= 2, "{} yield points for {} multiply-adds", offers.get(), m * n * k);
+        for start in [0, 1000, 2193] {
+            let rows = 7.min(m - start);
+            let mut alone = vec![0f32; rows * n];
+            let a_ref = MatRef { data: &a[start * k..], rows, cols: k, ld: k };
+            gemm(a_ref, &packed, &mut alone, n, Epilogue::None, false);
+            assert!(alone == c[start * n..(start + rows) * n], "rows from {start} differ");
         }
     }
 }

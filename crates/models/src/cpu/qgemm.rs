@@ -176,7 +176,7 @@ pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue
         return;
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
-    split_tiles(m, MR, n.div_ceil(NR), parallel, |rows, cols| {
+    split_tiles(m, MR, n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
         ROWS.with(|buf| {
             let quant = &mut *buf.borrow_mut();
             quantize_rows(a, rows.clone(), w, quant);
