@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use aleph_eval::metrics::spearman;
 use aleph_models::cpu::gemm::{gemm, Epilogue, MatRef, PackedB};
 use aleph_models::cpu::Isa;
 use aleph_models::{Backend, Batch, DType, LoadOptions, LoadedModel};
@@ -237,33 +238,4 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
     dot / (na * nb).max(1e-30)
-}
-
-/// Ranks with ties given their average rank.
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    let mut r = vec![0.0; v.len()];
-    let mut i = 0;
-    while i < idx.len() {
-        let mut j = i;
-        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
-            j += 1;
-        }
-        for &k in &idx[i..=j] {
-            r[k] = (i + j) as f64 / 2.0;
-        }
-        i = j + 1;
-    }
-    r
-}
-
-fn spearman(a: &[f64], b: &[f64]) -> f64 {
-    let (ra, rb) = (ranks(a), ranks(b));
-    let n = ra.len() as f64;
-    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
-    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
-    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
-    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
-    cov / (va * vb).sqrt()
 }

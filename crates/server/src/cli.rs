@@ -26,16 +26,71 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve one or more models (the default).
-    V2(ServeArgs),
+    V2(Box<ServeArgs>),
+    /// Measure models on a dataset: STS (Spearman), retrieval (nDCG@10, MRR@10, recall@100, optionally
+    /// reranked) or classification (accuracy, macro-F1); the STS Benchmark test split when given none.
+    /// Takes the model flags of `aleph v2`; one row per `--model-id`.
+    Eval(Box<crate::eval::EvalArgs>),
 }
 
+/// What the command line asks for.
+pub enum Action {
+    Serve(Box<ServeArgs>),
+    Eval(Box<crate::eval::EvalArgs>),
+}
+
+/// Flags of `aleph v2` that mean nothing to a command that serves no HTTP: accepted (so a deployment's
+/// environment works unchanged), hidden from its help.
+const SERVING_ONLY_HEADINGS: [&str; 4] = ["Server", "Keys", "Media", "Infinity compatibility (no effect)"];
+const SERVING_ONLY_FLAGS: [&str; 7] = [
+    "payload_limit",
+    "max_client_batch_size",
+    "max_string_chars",
+    "max_json_depth",
+    "drain_timeout",
+    "memory_budget",
+    "max_request_tokens",
+];
+
 impl Cli {
+    /// Parses the process's arguments (exiting with clap's message on an error).
+    pub fn parse_action() -> Action {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Cli::command().mut_subcommand("eval", hide_serving_flags);
+        let matches = command.get_matches();
+        match Cli::from_arg_matches(&matches) {
+            Ok(cli) => cli.into_action(),
+            Err(e) => e.exit(),
+        }
+    }
+
+    pub fn into_action(self) -> Action {
+        match self.command {
+            Some(Command::Eval(args)) => Action::Eval(args),
+            other => Action::Serve(Box::new(Cli { command: other, ..self }.into_serve_args())),
+        }
+    }
+
     pub fn into_serve_args(self) -> ServeArgs {
         match self.command {
-            Some(Command::V2(args)) => args,
+            Some(Command::V2(args)) => *args,
+            Some(Command::Eval(args)) => args.models,
             None => self.serve,
         }
     }
+}
+
+fn hide_serving_flags(cmd: clap::Command) -> clap::Command {
+    let hidden: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| {
+            a.get_help_heading().is_some_and(|h| SERVING_ONLY_HEADINGS.contains(&h))
+                || SERVING_ONLY_FLAGS.contains(&a.get_id().as_str())
+        })
+        .filter(|a| a.get_id() != "log_level")
+        .map(|a| a.get_id().to_string())
+        .collect();
+    hidden.into_iter().fold(cmd, |cmd, id| cmd.mut_arg(id, |a| a.hide(true)))
 }
 
 #[derive(Debug, Clone, Args)]

@@ -2,6 +2,7 @@
 //! fuzz targets (`fuzz/`) drive the request decoders directly.
 
 pub mod cli;
+pub mod eval;
 pub mod fetch;
 pub mod http;
 pub mod memory;

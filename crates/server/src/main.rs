@@ -1,18 +1,26 @@
 //! `aleph`: parse the command line, set up logging, serve.
 
-use aleph_server::{cli, startup};
-use clap::Parser;
+use aleph_server::cli::Action;
+use aleph_server::{cli, eval, startup};
 
 fn main() -> std::process::ExitCode {
     // Before any thread exists: INFINITY_* settings become ALEPH_* defaults.
     cli::adopt_infinity_env();
-    let args = cli::Cli::parse().into_serve_args();
-    init_logging(&args.log_level);
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(startup::run(args)));
+    let action = cli::Cli::parse_action();
+    let result =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(anyhow::Error::from).and_then(|rt| {
+            match action {
+                Action::Serve(args) => {
+                    init_logging(&args.log_level);
+                    rt.block_on(startup::run(*args))
+                }
+                Action::Eval(args) => {
+                    // The tables go to stdout; the log (model loads) to stderr, quieter unless asked.
+                    init_logging(if args.models.log_level == "info" { "warning" } else { &args.models.log_level });
+                    rt.block_on(eval::run(*args))
+                }
+            }
+        });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -43,13 +43,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let workers =
         args.tokenizer_workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let pool = Arc::new(TokenizerPool::new(workers));
-    let loader = Arc::new(Loader {
-        queue_size: args.queue_size,
-        cache_root: args.vector_cache_root(),
-        cache_max_bytes: args.vector_disk_cache_max_bytes,
-        pool: pool.clone(),
-        scheduler: args.compute_scheduler.then(ComputeScheduler::new),
-    });
+    let loader = Arc::new(Loader::new(&args, pool.clone()));
     let admin_on = !args.admin_key.is_empty();
     let keys = ApiKeys::new(
         &args.api_key,
@@ -168,6 +162,36 @@ pub struct Loader {
 }
 
 impl Loader {
+    pub fn new(args: &ServeArgs, pool: Arc<TokenizerPool>) -> Self {
+        Loader {
+            queue_size: args.queue_size,
+            cache_root: args.vector_cache_root(),
+            cache_max_bytes: args.vector_disk_cache_max_bytes,
+            pool,
+            scheduler: args.compute_scheduler.then(ComputeScheduler::new),
+        }
+    }
+
+    /// Resolves, loads, warms and starts one model outside any registry (`aleph eval`, `aleph bench`):
+    /// blocking, errors naming the model.
+    pub fn load_alone(&self, spec: &ModelSpec) -> anyhow::Result<ModelHandle> {
+        let dir = self.resolve(spec)?;
+        let cache = spec.vector_disk_cache.then(|| (self.cache_root.clone(), self.cache_max_bytes));
+        load_model(spec, dir, self.queue_size, cache, self.pool.clone(), self.scheduler.clone())
+    }
+
+    fn resolve(&self, spec: &ModelSpec) -> anyhow::Result<Option<PathBuf>> {
+        match spec.engine {
+            Engine::Debug => Ok(None),
+            Engine::Auto | Engine::Candle => {
+                let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress)
+                    .with_context(|| format!("loading model `{}`", spec.model_id))?;
+                Ok(Some(dir))
+            }
+        }
+    }
+
     /// Resolves (downloading if needed), loads, warms and starts the model `registry` lists as loading under
     /// `spec.served_name`, held to the memory budget before its weights are read and again once they are; then it
     /// serves, or its entry says why not (blocking: call it off the async threads).
@@ -190,15 +214,7 @@ impl Loader {
     }
 
     fn load(&self, registry: &ModelRegistry, spec: &ModelSpec) -> anyhow::Result<ModelHandle> {
-        let dir = match spec.engine {
-            Engine::Debug => None,
-            Engine::Auto | Engine::Candle => {
-                let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-                let dir = hub::resolve(&spec.model_id, spec.revision.as_deref(), progress)
-                    .with_context(|| format!("loading model `{}`", spec.model_id))?;
-                Some(dir)
-            }
-        };
+        let dir = self.resolve(spec)?;
         registry.reserve(&spec.served_name, memory::expected(spec, dir.as_deref())).map_err(|e| anyhow!("{e}"))?;
         let cache = spec.vector_disk_cache.then(|| (self.cache_root.clone(), self.cache_max_bytes));
         load_model(spec, dir, self.queue_size, cache, self.pool.clone(), self.scheduler.clone())

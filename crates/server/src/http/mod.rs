@@ -12,7 +12,7 @@ mod health;
 pub mod keys;
 mod models;
 pub mod openapi;
-mod rerank;
+pub(crate) mod rerank;
 pub mod schemas;
 pub mod state;
 pub mod tei;

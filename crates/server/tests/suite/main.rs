@@ -13,6 +13,7 @@ mod colpali;
 mod compat;
 mod encoder_families;
 mod engine;
+mod eval;
 mod fuzz_seeds;
 mod http_api;
 mod hub_download;

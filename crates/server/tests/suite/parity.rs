@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use aleph_eval::metrics::spearman;
 use common::{cosine, floats, minilm, repo_root, Server};
 use serde_json::{json, Value};
 
@@ -249,32 +250,4 @@ fn mpnet_matches_sentence_transformers() {
     let theirs = reference["sts_test_spearman"].as_f64().unwrap();
     eprintln!("STS-B test Spearman: Aleph {ours:.5}, sentence-transformers {theirs:.5}");
     assert!((ours - theirs).abs() < 0.001, "Spearman {ours} vs sentence-transformers' {theirs}");
-}
-
-/// Ranks from 1, ties sharing their mean rank (as scipy's `rankdata`).
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..v.len()).collect();
-    order.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
-    let mut r = vec![0.0; v.len()];
-    let mut k = 0;
-    while k < order.len() {
-        let mut end = k;
-        while end + 1 < order.len() && v[order[end + 1]] == v[order[k]] {
-            end += 1;
-        }
-        let mean = (k + end) as f64 / 2.0 + 1.0;
-        for &i in &order[k..=end] {
-            r[i] = mean;
-        }
-        k = end + 1;
-    }
-    r
-}
-
-fn spearman(a: &[f64], b: &[f64]) -> f64 {
-    let (ra, rb) = (ranks(a), ranks(b));
-    let mean = (a.len() as f64 + 1.0) / 2.0;
-    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - mean) * (y - mean)).sum();
-    let var = |r: &[f64]| r.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
-    cov / (var(&ra) * var(&rb)).sqrt()
 }
