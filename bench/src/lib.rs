@@ -26,23 +26,6 @@ pub fn load_sentences(path: &str) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// The STS Benchmark test split: gold scores and both sentences of each pair.
-pub fn sts_test_pairs(path: &str) -> anyhow::Result<(Vec<f64>, Vec<String>, Vec<String>)> {
-    let (mut scores, mut s1, mut s2) = (Vec::new(), Vec::new(), Vec::new());
-    for line in lines(path)? {
-        let line = line?;
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() >= 8 && cols[0] == "test" {
-            if let Ok(score) = cols[5].parse::<f64>() {
-                scores.push(score);
-                s1.push(cols[6].to_string());
-                s2.push(cols[7].to_string());
-            }
-        }
-    }
-    Ok((scores, s1, s2))
-}
-
 fn lines(path: &str) -> anyhow::Result<std::io::Lines<BufReader<Box<dyn Read>>>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
     let reader: Box<dyn Read> =

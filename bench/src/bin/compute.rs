@@ -212,7 +212,8 @@ fn accuracy(models: &[(&str, LoadedModel)], corpus: &str, model_dir: &std::path:
         Ok(s) => serde_json::from_str(&s)?,
         Err(_) => Vec::new(),
     };
-    let (scores, s1, s2) = aleph_bench::sts_test_pairs(corpus)?;
+    let pairs = aleph_eval::datasets::read_sts(std::path::Path::new(corpus), "test")?;
+    let (scores, s1, s2) = (pairs.gold, pairs.first, pairs.second);
     println!("\n## Accuracy");
     println!(
         "| backend | cosine to f32 (mean / min, {} parity sentences) | STS-B test Spearman ({} pairs) |",

@@ -138,14 +138,23 @@ async fn retrieve(
     };
     let query_prompt = choose_prompt(model, opts.query_prompt.as_deref(), &["query"])?;
     let doc_prompt = choose_prompt(model, opts.document_prompt.as_deref(), &["document", "passage", "corpus"])?;
-    let docs = embed(model, &set.docs, doc_prompt, "documents", opts).await?;
-    let queries = embed(model, &set.queries, query_prompt, "queries", opts).await?;
     let (dim, sparse) = (model.info().dim, model.info().sparse);
+    // Unit length once, so each query-document score is a dot product (cosine without its norms).
+    let unit = |mut v: Vec<f32>| {
+        let norm = v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt() as f32;
+        if !late && !sparse && norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        v
+    };
+    let docs: Vec<Vec<f32>> =
+        embed(model, &set.docs, doc_prompt, "documents", opts).await?.into_iter().map(unit).collect();
+    let queries: Vec<Vec<f32>> =
+        embed(model, &set.queries, query_prompt, "queries", opts).await?.into_iter().map(unit).collect();
     let depth = RETRIEVE.max(opts.rerank_top_k);
     let mut runs = HashMap::new();
     for (qid, q) in set.query_ids.iter().zip(&queries) {
-        let scores: Vec<f32> =
-            docs.iter().map(|d| if late { maxsim(q, d, dim) } else { similarity(q, d, sparse) as f32 }).collect();
+        let scores: Vec<f32> = docs.iter().map(|d| if late { maxsim(q, d, dim) } else { dot(q, d) }).collect();
         let run: Run = top_k(&scores, depth).into_iter().map(|(i, s)| (set.doc_ids[i].clone(), s as f64)).collect();
         runs.insert(qid.clone(), run);
     }
@@ -346,6 +355,10 @@ fn progress(opts: &Options, len: usize, what: &str) -> ProgressBar {
     bar.set_style(style);
     bar.set_message(what.to_string());
     bar
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// Cosine similarity (the dot product for a sparse model, as sentence-transformers scores SPLADE).
