@@ -1,4 +1,6 @@
-//! What the benchmark binaries share: reading the sentence corpus.
+//! What the benchmark binaries (and `aleph bench`) share: the HTTP load generator, reading the sentence corpus.
+
+pub mod load;
 
 use std::io::{BufRead, BufReader, Read};
 

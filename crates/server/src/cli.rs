@@ -31,12 +31,17 @@ pub enum Command {
     /// reranked) or classification (accuracy, macro-F1); the STS Benchmark test split when given none.
     /// Takes the model flags of `aleph v2`; one row per `--model-id`.
     Eval(Box<crate::eval::EvalArgs>),
+    /// Measure throughput and latency on this machine: in-process (batch sizes × input lengths) and over
+    /// HTTP (concurrency levels), each model at float32, bfloat16 and int8 side by side; tables, --json, or
+    /// a --plot. Takes the model flags of `aleph v2`.
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// What the command line asks for.
 pub enum Action {
     Serve(Box<ServeArgs>),
     Eval(Box<crate::eval::EvalArgs>),
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// Flags of `aleph v2` that mean nothing to a command that serves no HTTP: accepted (so a deployment's
@@ -56,7 +61,8 @@ impl Cli {
     /// Parses the process's arguments (exiting with clap's message on an error).
     pub fn parse_action() -> Action {
         use clap::{CommandFactory, FromArgMatches};
-        let command = Cli::command().mut_subcommand("eval", hide_serving_flags);
+        let command =
+            Cli::command().mut_subcommand("eval", hide_serving_flags).mut_subcommand("bench", hide_serving_flags);
         let matches = command.get_matches();
         match Cli::from_arg_matches(&matches) {
             Ok(cli) => cli.into_action(),
@@ -67,6 +73,7 @@ impl Cli {
     pub fn into_action(self) -> Action {
         match self.command {
             Some(Command::Eval(args)) => Action::Eval(args),
+            Some(Command::Bench(args)) => Action::Bench(args),
             other => Action::Serve(Box::new(Cli { command: other, ..self }.into_serve_args())),
         }
     }
@@ -75,6 +82,7 @@ impl Cli {
         match self.command {
             Some(Command::V2(args)) => *args,
             Some(Command::Eval(args)) => args.models,
+            Some(Command::Bench(args)) => args.models,
             None => self.serve,
         }
     }

@@ -1,7 +1,7 @@
-//! `aleph`: parse the command line, set up logging, serve.
+//! `aleph`: parse the command line, set up logging, then serve, evaluate or benchmark.
 
 use aleph_server::cli::Action;
-use aleph_server::{cli, eval, startup};
+use aleph_server::{bench, cli, eval, startup};
 
 fn main() -> std::process::ExitCode {
     // Before any thread exists: INFINITY_* settings become ALEPH_* defaults.
@@ -18,6 +18,10 @@ fn main() -> std::process::ExitCode {
                     // The tables go to stdout; the log (model loads) to stderr, quieter unless asked.
                     init_logging(if args.models.log_level == "info" { "warning" } else { &args.models.log_level });
                     rt.block_on(eval::run(*args))
+                }
+                Action::Bench(args) => {
+                    init_logging(if args.models.log_level == "info" { "warning" } else { &args.models.log_level });
+                    rt.block_on(bench::run(*args))
                 }
             }
         });

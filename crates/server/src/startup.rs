@@ -45,15 +45,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let pool = Arc::new(TokenizerPool::new(workers));
     let loader = Arc::new(Loader::new(&args, pool.clone()));
     let admin_on = !args.admin_key.is_empty();
-    let keys = ApiKeys::new(
-        &args.api_key,
-        args.api_key_file.as_deref(),
-        KeyLimits { max_in_flight: args.api_key_max_in_flight, tokens_per_second: args.api_key_tokens_per_second },
-    )
-    .map_err(|e| anyhow!(e))?;
-    if !keys.is_empty() {
-        tracing::info!("{} API key(s) accepted", keys.len());
-    }
     let budget = memory::budget(args.memory_budget.0).map_err(|e| anyhow!(e))?;
     for (device, limit) in &budget.0 {
         tracing::info!("memory budget on {device}: {} of weights", human_bytes(*limit));
@@ -65,44 +56,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args: args.clone(),
         loader: loader.clone(),
     });
-    let fetcher = MediaFetcher::new(FetchConfig {
-        max_bytes: args.media_max_bytes,
-        // A request's downloads together may hold what one request body may.
-        max_request_bytes: args.payload_limit.max(args.media_max_bytes),
-        connect_timeout: Duration::from_secs_f64(args.media_timeout.clamp(0.001, 10.0)),
-        timeout: Duration::from_secs_f64(args.media_timeout.max(0.001)),
-        guard: Guard { allow_all: args.media_allow_private, allowed: args.media_allowed_networks.clone() },
-    })
-    .context("building the media HTTP client")?;
-    let state = Arc::new(AppState::new(
-        Limits {
-            max_client_batch_size: args.max_client_batch_size,
-            max_string_chars: args.max_string_chars,
-            max_media_items: args.max_media_items.min(args.max_client_batch_size),
-            max_json_depth: args.max_json_depth,
-        },
-        metrics,
-        keys,
-        admin,
-        fetcher,
-        pool.clone(),
-    ));
+    let state = Arc::new(app_state(&args, metrics, admin, pool.clone())?);
+    if !state.keys.is_empty() {
+        tracing::info!("{} API key(s) accepted", state.keys.len());
+    }
 
     // The port opens first: /health answers 503 while the models load, so orchestrators can tell
     // "starting" from "dead".
     let server = if args.preload_only {
         None
     } else {
-        let app = http::router(
-            state.clone(),
-            &HttpConfig {
-                url_prefix: args.url_prefix.clone(),
-                redirect_slash: args.redirect_slash.clone(),
-                permissive_cors: args.permissive_cors && !args.no_permissive_cors,
-                payload_limit: args.payload_limit,
-                proxy_root_path: args.proxy_root_path.clone(),
-            },
-        );
+        let app = http::router(state.clone(), &http_config(&args));
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
         tracing::info!("loading models; listening on http://{}", listener.local_addr()?);
@@ -149,6 +113,47 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("stopped accepting; draining the models");
     tokio::task::spawn_blocking(move || registry.shutdown()).await?;
     Ok(())
+}
+
+/// The HTTP layer's shared state as the flags configure it (models are added once loaded).
+pub(crate) fn app_state(
+    args: &ServeArgs,
+    metrics: Option<PrometheusHandle>,
+    admin: Option<Admin>,
+    pool: Arc<TokenizerPool>,
+) -> anyhow::Result<AppState> {
+    let keys = ApiKeys::new(
+        &args.api_key,
+        args.api_key_file.as_deref(),
+        KeyLimits { max_in_flight: args.api_key_max_in_flight, tokens_per_second: args.api_key_tokens_per_second },
+    )
+    .map_err(|e| anyhow!(e))?;
+    let fetcher = MediaFetcher::new(FetchConfig {
+        max_bytes: args.media_max_bytes,
+        // A request's downloads together may hold what one request body may.
+        max_request_bytes: args.payload_limit.max(args.media_max_bytes),
+        connect_timeout: Duration::from_secs_f64(args.media_timeout.clamp(0.001, 10.0)),
+        timeout: Duration::from_secs_f64(args.media_timeout.max(0.001)),
+        guard: Guard { allow_all: args.media_allow_private, allowed: args.media_allowed_networks.clone() },
+    })
+    .context("building the media HTTP client")?;
+    let limits = Limits {
+        max_client_batch_size: args.max_client_batch_size,
+        max_string_chars: args.max_string_chars,
+        max_media_items: args.max_media_items.min(args.max_client_batch_size),
+        max_json_depth: args.max_json_depth,
+    };
+    Ok(AppState::new(limits, metrics, keys, admin, fetcher, pool))
+}
+
+pub(crate) fn http_config(args: &ServeArgs) -> HttpConfig {
+    HttpConfig {
+        url_prefix: args.url_prefix.clone(),
+        redirect_slash: args.redirect_slash.clone(),
+        permissive_cors: args.permissive_cors && !args.no_permissive_cors,
+        payload_limit: args.payload_limit,
+        proxy_root_path: args.proxy_root_path.clone(),
+    }
 }
 
 /// Loads models with the process's shared parts: at start-up, and for the admin API while serving.

@@ -19,7 +19,7 @@ use crate::startup::Loader;
 pub use report::{EvalReport, ModelRow, TaskResult};
 
 /// The STS Benchmark test split (1,379 pairs), what `aleph eval` measures when given no dataset.
-const STS_B_TEST: &str = include_str!("../../../../tests/fixtures/stsb/test.tsv");
+pub(crate) const STS_B_TEST: &str = include_str!("../../../../tests/fixtures/stsb/test.tsv");
 
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {

@@ -5,6 +5,7 @@ mod common;
 mod admin;
 mod api_keys;
 mod bad_input;
+mod bench;
 mod clap;
 mod clip;
 mod cohere;
