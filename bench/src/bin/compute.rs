@@ -84,7 +84,12 @@ fn main() -> anyhow::Result<()> {
     let cfg: Cfg = serde_json::from_str(&std::fs::read_to_string(args.model.join("config.json"))?)?;
     let (h, i, layers) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers);
     let threads = aleph_models::cpu::pool().current_num_threads();
-    println!("# CPU: {} kernels, {threads} compute threads", Isa::get().name());
+    println!(
+        "# CPU: {} kernels (bf16: {}, int8: {}), {threads} compute threads",
+        Isa::get().name(),
+        aleph_models::cpu::bgemm::kernel_name(),
+        aleph_models::cpu::qgemm::kernel_name()
+    );
 
     println!("\n## f32 GEMM, C[m×n] = A[m×k]·B[k×n] (B packed, as the model's weights)");
     println!("| m | k | n | what | GFLOP/s |\n|---|---|---|---|---|");

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 
 use super::gemm::{apply_epilogue, gemm_raw, split_tiles, Epilogue, MatRef, Out, PackedB};
-use super::Isa;
+use super::{amx, Isa};
 
 const MR: usize = 12;
 const NR: usize = 32;
@@ -99,6 +99,51 @@ pub fn native() -> bool {
     }
 }
 
+/// How a product with a bf16 weight runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// AMX tiles (`tdpbf16ps`): where the CPU has them and the depth is whole tiles (a multiple of 32).
+    Amx,
+    /// The AVX512-BF16 micro-kernel (`vdpbf16ps`).
+    Native,
+    /// Panels widened to f32 for the f32 kernels.
+    Widened,
+}
+
+impl Path {
+    fn for_weight(w: &PackedBf16) -> Path {
+        if amx::available() && w.kp.is_multiple_of(amx::A_STEP / 4) {
+            Path::Amx
+        } else if native() {
+            Path::Native
+        } else {
+            Path::Widened
+        }
+    }
+
+    /// Rows of `C` one tile covers.
+    fn tile_rows(self) -> usize {
+        match self {
+            Path::Amx => AMX_MR,
+            Path::Native | Path::Widened => MR,
+        }
+    }
+}
+
+/// Rows of the AMX tile pair.
+const AMX_MR: usize = 32;
+
+/// The name of the bf16 kernel a weight of the model's usual depths (multiples of 32) runs on here.
+pub fn kernel_name() -> &'static str {
+    if amx::available() {
+        "amx-bf16"
+    } else if native() {
+        "avx512-bf16"
+    } else {
+        "bf16 widened to f32"
+    }
+}
+
 thread_local! {
     /// A task's rows of `A` as bf16 pairs (`kp` per row), or the widened panel's buffers.
     static ROWS: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
@@ -107,11 +152,12 @@ thread_local! {
 
 /// `C[m × n] = A[m × k] · W`, then the epilogue; `c` row-major with row stride `ldc`.
 pub fn gemm_bf16(a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
-    gemm_on(native(), a, w, c, ldc, epi, parallel)
+    gemm_on(Path::for_weight(w), a, w, c, ldc, epi, parallel)
 }
 
-/// [`gemm_bf16`] on the native kernel or on widened panels (`native` only where [`native()`] holds).
-fn gemm_on(native: bool, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
+/// [`gemm_bf16`] on the given path (one this machine has: `Amx` only where [`Path::for_weight`] picks it,
+/// `Native` only where [`native()`] holds).
+fn gemm_on(path: Path, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
     let (m, n) = (a.rows, w.n);
     assert_eq!(a.cols, w.k, "inner dimensions differ");
     assert!(m == 0 || c.len() >= (m - 1) * ldc + n, "C is too small");
@@ -122,14 +168,61 @@ fn gemm_on(native: bool, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, e
         return;
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
-    split_tiles(m, MR, n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
+    split_tiles(m, path.tile_rows(), n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
         // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
-        if native {
-            ROWS.with(|buf| unsafe { native_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) });
-        } else {
-            WIDE.with(|buf| unsafe { widened_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) });
+        match path {
+            Path::Amx => ROWS.with(|buf| unsafe { amx_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) }),
+            Path::Native => ROWS.with(|buf| unsafe { native_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) }),
+            Path::Widened => {
+                WIDE.with(|buf| unsafe { widened_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) })
+            }
         }
     });
+}
+
+/// Rounds rows `rows` of `a` to bf16 pairs, `kp` a row, into `pairs`, with zero rows up to a multiple of
+/// `tile_rows`.
+fn round_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, tile_rows: usize, pairs: &mut Vec<u32>) {
+    pairs.clear();
+    pairs.resize(rows.len().div_ceil(tile_rows) * tile_rows * kp, 0);
+    for (local, r) in rows.enumerate() {
+        let src = &a.data[r * a.ld..r * a.ld + a.cols];
+        let dst = &mut pairs[local * kp..(local + 1) * kp];
+        for (q, d) in dst.iter_mut().enumerate() {
+            let lo = to_bf16(src[2 * q]) as u32;
+            let hi = src.get(2 * q + 1).map_or(0, |&v| to_bf16(v) as u32);
+            *d = lo | (hi << 16);
+        }
+    }
+}
+
+/// Each `tile_rows × 32` tile of a task's rectangle: `tile(local row, rows here, panel, sums)` fills the sums
+/// (`tile_rows` rows of 32), which are then copied into `C` and finished by the epilogue.
+unsafe fn by_tiles(
+    w: &PackedBf16,
+    out: Out,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    epi: Epilogue,
+    tile_rows: usize,
+    mut tile: impl FnMut(usize, usize, &[u16], &mut [f32]),
+) {
+    let isa = Isa::get();
+    let mut sums = [0f32; AMX_MR * NR];
+    for p in panels {
+        let bpanel = w.panel(p);
+        let col0 = p * NR;
+        let cols = NR.min(w.n - col0);
+        for row0 in rows.clone().step_by(tile_rows) {
+            let rows_here = tile_rows.min(rows.end - row0);
+            tile(row0 - rows.start, rows_here, bpanel, &mut sums[..tile_rows * NR]);
+            for r in 0..rows_here {
+                let dst = std::slice::from_raw_parts_mut(out.ptr.add((row0 + r) * out.ld + col0), cols);
+                dst.copy_from_slice(&sums[r * NR..r * NR + cols]);
+            }
+            apply_epilogue(isa, epi, out.ptr.add(row0 * out.ld + col0), out.ld, row0, col0, rows_here, cols);
+        }
+    }
 }
 
 /// One task on AVX512-BF16: its rows rounded to bf16 pairs once, then each 12 × 32 tile over the whole depth.
@@ -143,37 +236,38 @@ unsafe fn native_block(
     epi: Epilogue,
 ) {
     let kp = w.kp;
-    // Whole micro-panels of rows, the tail's missing rows zero.
-    let padded = rows.len().div_ceil(MR) * MR;
-    pairs.clear();
-    pairs.resize(padded * kp, 0);
-    for (local, r) in rows.clone().enumerate() {
-        let src = &a.data[r * a.ld..r * a.ld + a.cols];
-        let dst = &mut pairs[local * kp..(local + 1) * kp];
-        for (q, d) in dst.iter_mut().enumerate() {
-            let lo = to_bf16(src[2 * q]) as u32;
-            let hi = src.get(2 * q + 1).map_or(0, |&v| to_bf16(v) as u32);
-            *d = lo | (hi << 16);
+    round_rows(a, rows.clone(), kp, MR, pairs);
+    by_tiles(w, out, rows, panels, epi, MR, |local, _, bpanel, sums| {
+        #[cfg(target_arch = "x86_64")]
+        x86::kernel_12x32(kp, pairs[local * kp..].as_ptr(), kp, bpanel.as_ptr(), sums.as_mut_ptr());
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("AVX512-BF16 is x86-64 only: {local} {bpanel:p} {sums:p}");
+    });
+}
+
+/// One task on AMX: its rows rounded to bf16 pairs once, then each 32 × 32 tile (16 × 32 where 16 rows are
+/// left) over the whole depth.
+unsafe fn amx_block(
+    a: MatRef,
+    pairs: &mut Vec<u32>,
+    w: &PackedBf16,
+    out: Out,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    epi: Epilogue,
+) {
+    let kp = w.kp;
+    round_rows(a, rows.clone(), kp, AMX_MR, pairs);
+    let steps = kp * 4 / amx::A_STEP;
+    let tiles = amx::Tiles::configure();
+    by_tiles(w, out, rows, panels, epi, AMX_MR, |local, rows_here, bpanel, sums| {
+        let (a, b) = (pairs[local * kp..].as_ptr() as *const u8, bpanel.as_ptr() as *const u8);
+        if rows_here > AMX_MR / 2 {
+            tiles.bf16_32x32(a, kp * 4, b, steps, sums.as_mut_ptr());
+        } else {
+            tiles.bf16_16x32(a, kp * 4, b, steps, sums.as_mut_ptr());
         }
-    }
-    let isa = Isa::get();
-    let mut tile = [0f32; MR * NR];
-    for p in panels {
-        let bpanel = w.panel(p);
-        let col0 = p * NR;
-        let cols = NR.min(w.n - col0);
-        for row0 in rows.clone().step_by(MR) {
-            let local = row0 - rows.start;
-            let rows_here = MR.min(rows.end - row0);
-            #[cfg(target_arch = "x86_64")]
-            x86::kernel_12x32(kp, pairs[local * kp..].as_ptr(), kp, bpanel.as_ptr(), tile.as_mut_ptr());
-            for r in 0..rows_here {
-                let dst = std::slice::from_raw_parts_mut(out.ptr.add((row0 + r) * out.ld + col0), cols);
-                dst.copy_from_slice(&tile[r * NR..r * NR + cols]);
-            }
-            apply_epilogue(isa, epi, out.ptr.add(row0 * out.ld + col0), out.ld, row0, col0, rows_here, cols);
-        }
-    }
+    });
 }
 
 /// One task elsewhere: each panel widened to f32 and multiplied by the f32 kernels, `A` as it is.
@@ -243,20 +337,26 @@ mod tests {
         assert_eq!(from_bf16(to_bf16(-2.5)), -2.5);
     }
 
-    /// Against an f64 product of the bf16-rounded weights (and, on the native path, rounded inputs): what is
-    /// left is f32 summation error.
+    /// Against an f64 product of the bf16-rounded weights (and, on the AMX and native paths, rounded inputs):
+    /// what is left is f32 summation error. Every path this machine has runs (AMX where it is there).
     #[test]
     fn matches_the_rounded_product_on_awkward_shapes() {
-        for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (13, 33, 300), (100, 70, 513), (37, 384, 384), (3, 1152, 20)] {
+        // Depths that are whole AMX tiles (multiples of 32) and others; row counts around 16 and 32.
+        let shapes = [(1, 1, 1), (7, 13, 5), (13, 33, 300), (100, 70, 513), (37, 384, 384), (3, 1152, 20)];
+        let amx_shapes = [(1, 1, 32), (16, 32, 64), (17, 40, 96), (33, 65, 160), (70, 33, 1024)];
+        for &(m, n, k) in shapes.iter().chain(&amx_shapes) {
             let (a, w, bias, res) = (data(m * k, 1), data(n * k, 2), data(n, 3), data(m * n, 4));
             let packed = PackedBf16::pack(k, n, &w);
             let round = |v: f32| from_bf16(to_bf16(v)) as f64;
-            let paths = if native() { vec![true, false] } else { vec![false] };
-            for (on_native, parallel) in paths.into_iter().flat_map(|p| [(p, false), (p, true)]) {
-                let input = |v: f32| if on_native { round(v) } else { v as f64 };
+            let mut paths = vec![Path::for_weight(&packed), Path::Widened];
+            if native() {
+                paths.push(Path::Native);
+            }
+            for (path, parallel) in paths.into_iter().flat_map(|p| [(p, false), (p, true)]) {
+                let input = |v: f32| if path == Path::Widened { v as f64 } else { round(v) };
                 let mut c = vec![f32::NAN; m * n];
                 let a_ref = MatRef { data: &a, rows: m, cols: k, ld: k };
-                gemm_on(on_native, a_ref, &packed, &mut c, n, Epilogue::BiasResidual(&bias, &res), parallel);
+                gemm_on(path, a_ref, &packed, &mut c, n, Epilogue::BiasResidual(&bias, &res), parallel);
                 for i in 0..m {
                     for j in 0..n {
                         let dot: f64 = (0..k).map(|p| input(a[i * k + p]) * round(w[j * k + p])).sum();
@@ -264,7 +364,7 @@ mod tests {
                         let got = c[i * n + j] as f64;
                         assert!(
                             (got - want).abs() < 1e-4 * (1.0 + want.abs()),
-                            "{m}x{n}x{k} ({i},{j}): {got} vs {want}"
+                            "{path:?} {m}x{n}x{k} ({i},{j}): {got} vs {want}"
                         );
                     }
                 }

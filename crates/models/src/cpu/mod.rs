@@ -6,6 +6,7 @@
 //! the forward pass, because candle's per-op allocations, padded attention and AVX2-only matmul leave
 //! most of the machine idle (see BENCHMARKS.md).
 
+pub mod amx;
 pub mod bgemm;
 pub mod gemm;
 pub mod layers;

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use super::gemm::{apply_epilogue, split_tiles, Epilogue, MatRef, Out};
-use super::{ops, Isa};
+use super::{amx, ops, Isa};
 
 const MR: usize = 12;
 const NR: usize = 32;
@@ -15,6 +15,8 @@ const NR: usize = 32;
 /// Which int8 kernel runs here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kernel {
+    /// AMX tiles (`tdpbusd`), for weights whose depth is whole tiles (a multiple of 64); `Vnni` for the others.
+    Amx,
     /// `vpdpbusd`: u8 × i8 summed in fours into i32, 64 per instruction.
     Vnni,
     /// `vpmaddubsw` + `vpmaddwd`: the same sums through i16. Activations use 7 bits so the i16 pair sums
@@ -26,7 +28,9 @@ enum Kernel {
 fn kernel_kind() -> Kernel {
     static KIND: OnceLock<Kernel> = OnceLock::new();
     *KIND.get_or_init(|| {
-        if vnni() {
+        if amx::available() && vnni() {
+            Kernel::Amx
+        } else if vnni() {
             Kernel::Vnni
         } else if Isa::get() != Isa::Scalar {
             Kernel::Avx2
@@ -63,6 +67,7 @@ fn vnni() -> bool {
 /// The name of the int8 kernel this machine uses.
 pub fn kernel_name() -> &'static str {
     match kernel_kind() {
+        Kernel::Amx => "amx-int8",
         Kernel::Vnni => "avx512-vnni",
         Kernel::Avx2 => "avx2 (7-bit activations)",
         Kernel::Portable => "portable",
@@ -169,6 +174,15 @@ fn quantize_rows(a: MatRef, rows: std::ops::Range<usize>, w: &PackedI8, out: &mu
 
 /// `C = dequant(quant(A) · W_q)` then the epilogue; `C` row-major with row stride `ldc`.
 pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
+    gemm_on(kernel_kind() == Kernel::Amx && w.kp.is_multiple_of(amx::A_STEP), a, w, c, ldc, epi, parallel)
+}
+
+/// Rows of the AMX tile pair.
+const AMX_MR: usize = 32;
+
+/// [`gemm_i8`] on AMX tiles or on the micro-kernel of [`kernel_kind`] (`on_amx` only where AMX is available
+/// and `w`'s depth is whole tiles).
+fn gemm_on(on_amx: bool, a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
     let (m, n) = (a.rows, w.n);
     assert_eq!(a.cols, w.k, "inner dimensions differ");
     assert!(m == 0 || c.len() >= (m - 1) * ldc + n, "C is too small");
@@ -176,45 +190,63 @@ pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue
         return;
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
-    split_tiles(m, MR, n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
+    let tile_rows = if on_amx { AMX_MR } else { MR };
+    split_tiles(m, tile_rows, n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
         ROWS.with(|buf| {
             let quant = &mut *buf.borrow_mut();
             quantize_rows(a, rows.clone(), w, quant);
-            // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
-            unsafe { block(quant, w, out, rows, cols, epi) };
+            // Whole tiles of rows; the padding rows' sums are never read.
+            quant.q.resize(rows.len().div_ceil(tile_rows) * tile_rows * w.kp, 0);
+            let kp = w.kp;
+            // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C; each tile reads `tile_rows`
+            // quantized rows of `kp` codes from its first, which the padding above provides.
+            unsafe {
+                if on_amx {
+                    let tiles = amx::Tiles::configure();
+                    let steps = kp / amx::A_STEP;
+                    by_tiles(quant, w, out, rows, cols, epi, AMX_MR, |local, rows_here, b, acc| {
+                        let a = quant.q[local * kp..].as_ptr();
+                        if rows_here > AMX_MR / 2 {
+                            tiles.u8i8_32x32(a, kp, b, steps, acc.as_mut_ptr());
+                        } else {
+                            tiles.u8i8_16x32(a, kp, b, steps, acc.as_mut_ptr());
+                        }
+                    });
+                } else {
+                    by_tiles(quant, w, out, rows, cols, epi, MR, |local, _, b, acc| {
+                        kernel(kp / 4, quant.q[local * kp..].as_ptr(), kp, b, acc.as_mut_ptr());
+                    });
+                }
+            }
         })
     });
 }
 
-/// One task: its quantized rows (starting at `rows.start`) against panels `panels` of the weight.
-unsafe fn block(
+/// One task: its quantized rows (starting at `rows.start`) against panels `panels` of the weight, a
+/// `tile_rows × 32` tile at a time: `tile(local row, rows here, panel, sums)` fills the integer sums, which
+/// are dequantized into `C` and finished by the epilogue.
+#[allow(clippy::too_many_arguments)]
+unsafe fn by_tiles(
     quant: &QuantRows,
     w: &PackedI8,
     out: Out,
     rows: std::ops::Range<usize>,
     panels: std::ops::Range<usize>,
     epi: Epilogue,
+    tile_rows: usize,
+    mut tile: impl FnMut(usize, usize, *const i8, &mut [i32]),
 ) {
     let kp = w.kp;
-    let mut acc = [0i32; MR * NR];
-    let mut pad = Vec::new();
+    let mut acc = [0i32; AMX_MR * NR];
     let isa = Isa::get();
     for p in panels {
-        let bpanel = &w.data[p * kp * NR..];
+        let bpanel = w.data[p * kp * NR..].as_ptr();
         let col0 = p * NR;
         let cols = NR.min(w.n - col0);
-        for row0 in rows.clone().step_by(MR) {
+        for row0 in rows.clone().step_by(tile_rows) {
             let local = row0 - rows.start;
-            let rows_here = MR.min(rows.end - row0);
-            let a = if rows_here == MR {
-                &quant.q[local * kp..]
-            } else {
-                pad.clear();
-                pad.extend_from_slice(&quant.q[local * kp..(local + rows_here) * kp]);
-                pad.resize(MR * kp, 0);
-                &pad[..]
-            };
-            kernel(kp / 4, a.as_ptr(), kp, bpanel.as_ptr(), acc.as_mut_ptr());
+            let rows_here = tile_rows.min(rows.end - row0);
+            tile(local, rows_here, bpanel, &mut acc[..tile_rows * NR]);
             for r in 0..rows_here {
                 let dst = std::slice::from_raw_parts_mut(out.ptr.add((row0 + r) * out.ld + col0), cols);
                 let (sa, za) = (quant.scale[local + r], quant.zero[local + r]);
@@ -233,7 +265,7 @@ unsafe fn block(
 unsafe fn kernel(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
     match kernel_kind() {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Vnni => x86::kernel_12x32(k4, a, lda, b, acc),
+        Kernel::Vnni | Kernel::Amx => x86::kernel_12x32(k4, a, lda, b, acc),
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2 => {
             for group in 0..MR / 3 {
@@ -348,13 +380,23 @@ mod tests {
 
     #[test]
     fn close_to_f32_on_awkward_shapes() {
-        for &(m, n, k) in &[(1, 1, 1), (7, 33, 13), (30, 70, 384), (13, 384, 1536)] {
+        let shapes = [(1, 1, 1), (7, 33, 13), (30, 70, 384), (13, 384, 1536), (1, 1, 64), (17, 40, 128), (70, 33, 192)];
+        for &(m, n, k) in &shapes {
             let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 53 % 97) as f32 - 48.0) / 480.0).collect();
             let bias: Vec<f32> = (0..n).map(|j| j as f32 / 100.0).collect();
             let packed = PackedI8::quantize(k, n, &w);
-            let mut c = vec![f32::NAN; m * n];
-            gemm_i8(MatRef { data: &a, rows: m, cols: k, ld: k }, &packed, &mut c, n, Epilogue::Bias(&bias), true);
+            // AMX where this machine has it and the depth is whole tiles, and the micro-kernel.
+            let amx = kernel_kind() == Kernel::Amx && k.is_multiple_of(amx::A_STEP);
+            for on_amx in if amx { vec![true, false] } else { vec![false] } {
+                let mut c = vec![f32::NAN; m * n];
+                let a = MatRef { data: &a, rows: m, cols: k, ld: k };
+                gemm_on(on_amx, a, &packed, &mut c, n, Epilogue::Bias(&bias), true);
+                check(m, n, k, a.data, &w, &bias, &c);
+            }
+        }
+
+        fn check(m: usize, n: usize, k: usize, a: &[f32], w: &[f32], bias: &[f32], c: &[f32]) {
             for i in 0..m {
                 for j in 0..n {
                     let exact: f32 = (0..k).map(|p| a[i * k + p] * w[j * k + p]).sum::<f32>() + bias[j];
@@ -366,6 +408,37 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The AMX tiles' integer sums equal the portable kernel's, exactly, for a 32-row and a 16-row tile.
+    #[test]
+    fn amx_tiles_equal_the_portable_sums() {
+        if kernel_kind() != Kernel::Amx {
+            eprintln!("no AMX here: {}", kernel_name());
+            return;
+        }
+        let steps = 3;
+        let kp = steps * amx::A_STEP;
+        let a: Vec<u8> = (0..AMX_MR * kp).map(|i| (i * 31 % 256) as u8).collect();
+        let b: Vec<i8> = (0..NR * kp).map(|i| ((i * 17 % 255) as i32 - 127) as i8).collect();
+        let mut want = vec![0i32; AMX_MR * NR];
+        let mut got = vec![0i32; AMX_MR * NR];
+        unsafe {
+            for block in 0..AMX_MR.div_ceil(MR) {
+                let rows = MR.min(AMX_MR - block * MR);
+                let mut tile = [0i32; MR * NR];
+                let mut a_rows = a[block * MR * kp..(block * MR + rows) * kp].to_vec();
+                a_rows.resize(MR * kp, 0);
+                kernel_portable(kp / 4, a_rows.as_ptr(), kp, b.as_ptr(), tile.as_mut_ptr());
+                want[block * MR * NR..(block * MR + rows) * NR].copy_from_slice(&tile[..rows * NR]);
+            }
+            let tiles = amx::Tiles::configure();
+            tiles.u8i8_32x32(a.as_ptr(), kp, b.as_ptr(), steps, got.as_mut_ptr());
+            assert_eq!(got, want, "32-row tile");
+            got.fill(0);
+            tiles.u8i8_16x32(a.as_ptr(), kp, b.as_ptr(), steps, got.as_mut_ptr());
+            assert_eq!(got[..16 * NR], want[..16 * NR], "16-row tile");
         }
     }
 }

@@ -686,7 +686,10 @@ fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes
 /// Aleph's CPU kernels with the weights `--dtype` asks for (int8 is set up by each family's calibration).
 fn cpu_kernels(dtype: DType) -> Cpu {
     match dtype {
-        DType::BFloat16 => Cpu::bf16(),
+        DType::BFloat16 => {
+            tracing::info!("bf16 linear layers ({} kernel)", crate::cpu::bgemm::kernel_name());
+            Cpu::bf16()
+        }
         _ => Cpu::f32(),
     }
 }

@@ -21,8 +21,9 @@ pub struct BenchReport {
 pub struct Machine {
     pub cpu: String,
     pub threads: usize,
-    /// The float kernels' instruction set, and the int8 kernel's.
+    /// The float kernels' instruction set, the bf16 kernel's and the int8 kernel's.
     pub kernels: String,
+    pub bf16_kernel: String,
     pub int8_kernel: String,
 }
 
@@ -40,6 +41,7 @@ pub fn machine() -> Machine {
         cpu,
         threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         kernels: aleph_models::cpu::Isa::get().name().to_string(),
+        bf16_kernel: aleph_models::cpu::bgemm::kernel_name().to_string(),
         int8_kernel: aleph_models::cpu::qgemm::kernel_name().to_string(),
     }
 }
@@ -159,8 +161,8 @@ impl BenchReport {
         let m = &self.machine;
         let _ = writeln!(
             out,
-            "Machine: {} · {} threads · kernels {} (int8: {})\n",
-            m.cpu, m.threads, m.kernels, m.int8_kernel
+            "Machine: {} · {} threads · kernels {} (bf16: {}, int8: {})\n",
+            m.cpu, m.threads, m.kernels, m.bf16_kernel, m.int8_kernel
         );
         let _ = writeln!(out, "| model | dtype | architecture | backend | weights | load s | note |");
         let _ = writeln!(out, "|---|---|---|---|---:|---:|---|");
