@@ -44,6 +44,20 @@ struct Args {
     /// Only these forward-pass shapes, as batch×tokens (e.g. `--shape 32x256`); all when absent.
     #[arg(long, value_parser = parse_shape)]
     shape: Vec<(usize, usize)>,
+    /// Only the f32 GEMM at these shapes, as m×k×n (e.g. `--gemm 2048x1024x3072`), then exit.
+    #[arg(long, value_parser = parse_gemm)]
+    gemm: Vec<(usize, usize, usize)>,
+    /// Aleph's CPU kernels at these dtypes (for profiling one of them).
+    #[arg(long, value_delimiter = ',', default_value = "float32,bfloat16,int8")]
+    dtypes: Vec<String>,
+}
+
+fn parse_gemm(s: &str) -> Result<(usize, usize, usize), String> {
+    let v: Vec<usize> = s.split('x').map(|x| x.parse().map_err(|_| "expected MxKxN")).collect::<Result<_, _>>()?;
+    match v[..] {
+        [m, k, n] => Ok((m, k, n)),
+        _ => Err("expected MxKxN".into()),
+    }
 }
 
 fn parse_shape(s: &str) -> Result<(usize, usize), String> {
@@ -94,14 +108,22 @@ fn main() -> anyhow::Result<()> {
     println!("\n## f32 GEMM, C[m×n] = A[m×k]·B[k×n] (B packed, as the model's weights)");
     println!("| m | k | n | what | GFLOP/s |\n|---|---|---|---|---|");
     let mut peak: f64 = 0.0;
-    let shapes: &[(usize, usize, usize, &str)] = &[
+    let custom: Vec<(usize, usize, usize, &str)> = args.gemm.iter().map(|&(m, k, n)| (m, k, n, "--gemm")).collect();
+    let default_shapes = [
         (2048, h, 3 * h, "QKV"),
         (2048, h, h, "attention out"),
         (2048, h, i, "FFN in"),
         (2048, i, h, "FFN out"),
         (256, h, 3 * h, "QKV, 256 tokens"),
     ];
-    for &(m, k, n, what) in if args.corpus_only { &[][..] } else { shapes } {
+    let shapes: &[_] = if !custom.is_empty() {
+        &custom
+    } else if args.corpus_only {
+        &[]
+    } else {
+        &default_shapes
+    };
+    for &(m, k, n, what) in shapes {
         let a: Vec<f32> = (0..m * k).map(|x| (x % 7) as f32 * 0.1).collect();
         let w: Vec<f32> = (0..k * n).map(|x| (x % 5) as f32 * 0.1).collect();
         let packed = PackedB::pack(k, n, &w, 1, k);
@@ -114,13 +136,20 @@ fn main() -> anyhow::Result<()> {
         println!("| {m} | {k} | {n} | {what} | {gflops:.1} |");
     }
     println!("\nbest GEMM rate at the model's shapes: {peak:.1} GFLOP/s");
+    if !custom.is_empty() {
+        return Ok(());
+    }
 
     let tokenizer_text = "the quick brown fox jumps over the lazy dog ".repeat(64);
-    let mut backends = vec![
-        (Backend::Auto, DType::Auto, "aleph-cpu"),
-        (Backend::Auto, DType::BFloat16, "aleph-cpu-bf16"),
-        (Backend::Auto, DType::Int8, "aleph-cpu-int8"),
-    ];
+    let mut backends: Vec<_> = [
+        (Backend::Auto, DType::Auto, "aleph-cpu", "float32"),
+        (Backend::Auto, DType::BFloat16, "aleph-cpu-bf16", "bfloat16"),
+        (Backend::Auto, DType::Int8, "aleph-cpu-int8", "int8"),
+    ]
+    .into_iter()
+    .filter(|(_, _, _, dtype)| args.dtypes.iter().any(|d| d == dtype))
+    .map(|(b, d, name, _)| (b, d, name))
+    .collect();
     if !args.no_candle {
         backends.push((Backend::Candle, DType::Auto, "candle"));
     }
@@ -221,7 +250,8 @@ fn accuracy(models: &[(&str, LoadedModel)], corpus: &str, model_dir: &std::path:
     let (scores, s1, s2) = (pairs.gold, pairs.first, pairs.second);
     println!("\n## Accuracy");
     println!(
-        "| backend | cosine to f32 (mean / min, {} parity sentences) | STS-B test Spearman ({} pairs) |",
+        "| backend | cosine to {} (mean / min, {} parity sentences) | STS-B test Spearman ({} pairs) |",
+        models[0].0,
         parity.len(),
         scores.len()
     );

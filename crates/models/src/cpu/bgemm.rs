@@ -185,10 +185,21 @@ fn gemm_on(path: Path, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi
 fn round_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, tile_rows: usize, pairs: &mut Vec<u32>) {
     pairs.clear();
     pairs.resize(rows.len().div_ceil(tile_rows) * tile_rows * kp, 0);
+    let vector = native();
     for (local, r) in rows.enumerate() {
         let src = &a.data[r * a.ld..r * a.ld + a.cols];
         let dst = &mut pairs[local * kp..(local + 1) * kp];
-        for (q, d) in dst.iter_mut().enumerate() {
+        // 32 values at a time with `vcvtne2ps2bf16` (the same rounding) where the CPU has it.
+        #[cfg(target_arch = "x86_64")]
+        let done = if vector {
+            // SAFETY: AVX512-BF16 is there (`native`); the function stays within both slices.
+            unsafe { x86::round_pairs(src, dst) }
+        } else {
+            0
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = usize::from(vector);
+        for (q, d) in dst.iter_mut().enumerate().skip(done) {
             let lo = to_bf16(src[2 * q]) as u32;
             let hi = src.get(2 * q + 1).map_or(0, |&v| to_bf16(v) as u32);
             *d = lo | (hi << 16);
@@ -302,6 +313,21 @@ mod x86 {
 
     use super::{MR, NR};
 
+    /// Rounds `src` to bf16 pairs in `dst` 32 values at a time, as far as whole groups of 32 go; returns the
+    /// pairs written. `vcvtne2ps2bf16` rounds to nearest even, as `to_bf16` does (it flushes subnormals).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn round_pairs(src: &[f32], dst: &mut [u32]) -> usize {
+        let groups = (src.len() / 32).min(dst.len() / 16);
+        for g in 0..groups {
+            let lo = _mm512_loadu_ps(src.as_ptr().add(32 * g));
+            let hi = _mm512_loadu_ps(src.as_ptr().add(32 * g + 16));
+            // The second operand lands in the low half: values in memory order.
+            let packed: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_storeu_si512(dst.as_mut_ptr().add(16 * g) as *mut _, packed);
+        }
+        16 * groups
+    }
+
     /// `acc[12 × 32] = Σ_q a_pair(r, q) · b_pair(q, j)` with `vdpbf16ps`: 24 accumulators of 16 lanes.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn kernel_12x32(kp: usize, a: *const u32, lda: usize, b: *const u16, acc: *mut f32) {
@@ -335,6 +361,25 @@ mod tests {
         assert_eq!(from_bf16(to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 4.0 / 256.0);
         assert!(from_bf16(to_bf16(f32::NAN)).is_nan());
         assert_eq!(from_bf16(to_bf16(-2.5)), -2.5);
+    }
+
+    /// The vector rounding of `A`'s rows gives `to_bf16`'s pairs, ties included.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_rounding_equals_scalar() {
+        if !native() {
+            return;
+        }
+        let mut src = data(4 * 32 + 7, 5);
+        // Exact ties between two bf16 values, both ways, and signs.
+        src.extend((0..64).map(|i| (1.0 + (2 * i + 1) as f32 / 256.0) * if i % 2 == 0 { 1.0 } else { -1.0 }));
+        let mut dst = vec![0u32; src.len().div_ceil(2)];
+        let done = unsafe { x86::round_pairs(&src, &mut dst) };
+        assert_eq!(done, src.len() / 32 * 16);
+        for (q, &pair) in dst[..done].iter().enumerate() {
+            let want = to_bf16(src[2 * q]) as u32 | (to_bf16(src[2 * q + 1]) as u32) << 16;
+            assert_eq!(pair, want, "pair {q}");
+        }
     }
 
     /// Against an f64 product of the bf16-rounded weights (and, on the AMX and native paths, rounded inputs):

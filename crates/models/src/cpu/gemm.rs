@@ -312,6 +312,9 @@ fn pad_rows(buf: &mut Vec<f32>, a: MatRef, row0: usize, rows: usize, pc: usize, 
     }
 }
 
+/// Finishes a `rows × cols` tile of `C` at `c` (row stride `ldc`), whose origin is `(row0, col0)` of the
+/// product. One call per tile, compiled once per instruction set: the rows are short (at most 32 columns), so a
+/// dispatch per row would cost more than its arithmetic.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn apply_epilogue(
     isa: Isa,
@@ -323,18 +326,40 @@ pub(crate) unsafe fn apply_epilogue(
     rows: usize,
     cols: usize,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
+    unsafe fn avx512(epi: Epilogue, c: *mut f32, ldc: usize, row0: usize, col0: usize, rows: usize, cols: usize) {
+        epilogue_rows(epi, c, ldc, row0, col0, rows, cols)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn avx2(epi: Epilogue, c: *mut f32, ldc: usize, row0: usize, col0: usize, rows: usize, cols: usize) {
+        epilogue_rows(epi, c, ldc, row0, col0, rows, cols)
+    }
+    match (isa, epi) {
+        (_, Epilogue::None) => {}
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, _) => avx512(epi, c, ldc, row0, col0, rows, cols),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, _) => avx2(epi, c, ldc, row0, col0, rows, cols),
+        _ => epilogue_rows(epi, c, ldc, row0, col0, rows, cols),
+    }
+}
+
+#[inline(always)]
+unsafe fn epilogue_rows(epi: Epilogue, c: *mut f32, ldc: usize, row0: usize, col0: usize, rows: usize, cols: usize) {
     for r in 0..rows {
         let row = std::slice::from_raw_parts_mut(c.add(r * ldc), cols);
         match epi {
             Epilogue::None => {}
-            Epilogue::Bias(bias) => ops::add(isa, row, &bias[col0..col0 + cols]),
+            Epilogue::Bias(bias) => ops::add_assign(row, &bias[col0..col0 + cols]),
             Epilogue::BiasGelu(bias) => {
-                ops::add(isa, row, &bias[col0..col0 + cols]);
-                ops::gelu_erf(isa, row);
+                ops::add_assign(row, &bias[col0..col0 + cols]);
+                ops::gelu_erf_body(row);
             }
             Epilogue::BiasResidual(bias, res) => {
-                ops::add(isa, row, &bias[col0..col0 + cols]);
-                ops::add(isa, row, &res[(row0 + r) * ldc + col0..][..cols]);
+                ops::add_assign(row, &bias[col0..col0 + cols]);
+                ops::add_assign(row, &res[(row0 + r) * ldc + col0..][..cols]);
             }
         }
     }

@@ -4,7 +4,7 @@
 use super::Isa;
 
 /// `dst += src`, element-wise.
-#[inline]
+#[inline(always)]
 pub fn add_assign(dst: &mut [f32], src: &[f32]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d += s;
@@ -110,7 +110,7 @@ pub fn erf(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn gelu_erf_body(x: &mut [f32]) {
+pub(crate) fn gelu_erf_body(x: &mut [f32]) {
     for v in x.iter_mut() {
         *v = 0.5 * *v * (1.0 + erf(*v * std::f32::consts::FRAC_1_SQRT_2));
     }
