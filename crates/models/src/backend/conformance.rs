@@ -493,6 +493,33 @@ fn the_cpu_backend_computes_the_formulas() {
     conforms(&Cpu::f32(), "cpu");
 }
 
+/// `--dtype bfloat16`'s attention: bf16 products where they are fast here (AMX tiles for a head width of whole
+/// tiles, AVX512-BF16 otherwise), f32 elsewhere; within bf16's rounding of the formula over several key blocks,
+/// bidirectional, causal and windowed.
+#[test]
+fn bf16_attention_stays_within_rounding_of_the_formula() {
+    let o = Cpu::bf16();
+    let cu = [0usize, 600, 900];
+    let seqs = o.seqs(&cu).unwrap();
+    for hd in [4, 64] {
+        let base = AttentionSpec {
+            heads: 2,
+            kv_heads: 1,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            causal: false,
+            window: None,
+        };
+        for spec in [base, AttentionSpec { causal: true, ..base }, base.windowed(Some(50))] {
+            let qkv = values(900 * spec.qkv_width(), 31);
+            let x = o.upload(900, spec.qkv_width(), qkv.clone()).unwrap();
+            let mut y = o.empty().unwrap();
+            o.attention(&x, &seqs, &spec, ScoreBias::None, &mut y).unwrap();
+            close(&o.host(&y).unwrap(), &naive_attention(&qkv, &cu, &spec), 1e-2, &format!("bf16 {spec:?}"));
+        }
+    }
+}
+
 #[test]
 fn the_candle_backend_computes_the_formulas() {
     conforms(&Candle::new(Device::Cpu), "candle");

@@ -30,13 +30,14 @@ impl Cpu {
         Cpu { isa: Isa::get(), format: WeightFormat::F32, smoothing: HashMap::new() }
     }
 
-    /// bf16 weights (half the bytes), multiplied with AVX512-BF16 where the CPU has it.
+    /// bf16 weights (half the bytes), multiplied on AMX tiles or with AVX512-BF16 where the CPU has them, as
+    /// are attention's scores and weighted values then.
     pub fn bf16() -> Self {
         Cpu { isa: Isa::get(), format: WeightFormat::Bf16, smoothing: HashMap::new() }
     }
 
     /// int8 weights with dynamically quantized activations; layers named in `smoothing` are smoothed
-    /// (SmoothQuant) against the magnitudes recorded for them.
+    /// (SmoothQuant) against the magnitudes recorded for them. Attention multiplies in bf16 where that is fast.
     pub fn int8(smoothing: HashMap<String, Vec<f32>>) -> Self {
         Cpu { isa: Isa::get(), format: WeightFormat::Int8, smoothing }
     }
@@ -401,7 +402,10 @@ impl Ops for Cpu {
             return Err(ModelError::Forward("attention input does not fit its layout".into()));
         }
         out.reshape_for(qkv.rows, spec.out_width());
-        attention(self.isa, &qkv.data, &mut out.data, seqs, spec, bias);
+        // Reduced precision stays reduced: under bf16 and int8 weights, attention multiplies in bf16 where that
+        // is fast here (it dominates long inputs); under f32 it stays f32.
+        let bf16 = self.format != WeightFormat::F32 && crate::cpu::bgemm::fast();
+        attention(self.isa, &qkv.data, &mut out.data, seqs, spec, bias, bf16);
         Ok(())
     }
 

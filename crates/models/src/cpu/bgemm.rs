@@ -42,17 +42,26 @@ pub struct PackedBf16 {
 impl PackedBf16 {
     /// Packs a checkpoint weight `w` (`[n, k]`, row `j` the weights of output `j`).
     pub fn pack(k: usize, n: usize, w: &[f32]) -> Self {
+        let mut p = PackedBf16::default();
+        p.repack(k, n, w, 1, k);
+        p
+    }
+
+    /// Packs (reusing this buffer) the `k × n` matrix whose element `(kk, j)` is `src[kk·s_k + j·s_n]`, as
+    /// [`crate::cpu::gemm::PackedB::repack`] reads it: attention's keys and values, straight from the batch.
+    pub fn repack(&mut self, k: usize, n: usize, src: &[f32], s_k: usize, s_n: usize) {
         let kp = k.div_ceil(2);
         let panels = n.div_ceil(NR);
-        let mut data = vec![0u16; panels * kp * NR * 2];
+        self.data.clear();
+        self.data.resize(panels * kp * NR * 2, 0);
         for j in 0..n {
             let (p, jj) = (j / NR, j % NR);
-            let panel = &mut data[p * kp * NR * 2..];
-            for (kk, &v) in w[j * k..(j + 1) * k].iter().enumerate() {
-                panel[((kk / 2) * NR + jj) * 2 + kk % 2] = to_bf16(v);
+            let panel = &mut self.data[p * kp * NR * 2..];
+            for kk in 0..k {
+                panel[((kk / 2) * NR + jj) * 2 + kk % 2] = to_bf16(src[kk * s_k + j * s_n]);
             }
         }
-        PackedBf16 { k, kp, n, data }
+        (self.k, self.kp, self.n) = (k, kp, n);
     }
 
     pub fn bytes(&self) -> usize {
@@ -132,6 +141,12 @@ impl Path {
 
 /// Rows of the AMX tile pair.
 const AMX_MR: usize = 32;
+
+/// Whether bf16 products beat f32 ones here (AMX or AVX512-BF16): attention under `--dtype bfloat16` multiplies
+/// in bf16 only then, since the widened path would be slower than f32 and no more exact.
+pub fn fast() -> bool {
+    amx::available() || native()
+}
 
 /// The name of the bf16 kernel a weight of the model's usual depths (multiples of 32) runs on here.
 pub fn kernel_name() -> &'static str {

@@ -155,6 +155,7 @@ const KEY_BLOCK: usize = 256;
 /// each row keeping its running maximum, sum and weighted values, so no task holds more than one block of
 /// scores and key blocks that no query of the block sees (causal, windows) are skipped. DeBERTa's position
 /// terms are added over a sequence's whole square of scores (its inputs are short).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     isa: Isa,
     qkv: &[f32],
@@ -162,6 +163,7 @@ pub(crate) fn attention(
     cu_seqlens: &[usize],
     spec: &AttentionSpec,
     bias: ScoreBias<'_, Vec<f32>>,
+    bf16: bool,
 ) {
     let heads = spec.heads;
     let (ld, width) = (spec.qkv_width(), spec.out_width());
@@ -174,7 +176,7 @@ pub(crate) fn attention(
         if n == 0 {
             return;
         }
-        let task = HeadTask { isa, qkv, spec, bias, r0, n, head, ld, width, out: &out };
+        let task = HeadTask { isa, qkv, spec, bias, r0, n, head, ld, width, out: &out, bf16 };
         with_scratch(|scratch| match bias {
             ScoreBias::Disentangled(d) => task.square(scratch, &d),
             _ => task.blocked(scratch),
@@ -198,6 +200,8 @@ struct HeadTask<'a> {
     ld: usize,
     width: usize,
     out: &'a SharedOut,
+    /// Scores and weighted values from bf16 products (`--dtype bfloat16` where they are fast).
+    bf16: bool,
 }
 
 impl HeadTask<'_> {
@@ -228,14 +232,24 @@ impl HeadTask<'_> {
 
     fn blocked(&self, scratch: &mut Scratch) {
         let (spec, n, hd) = (self.spec, self.n, self.spec.head_dim);
-        let Scratch { scores, key_blocks, value_blocks, acc, pv, .. } = scratch;
+        let Scratch { scores, key_blocks, value_blocks, key_blocks_bf16, value_blocks_bf16, acc, pv, .. } = scratch;
         let blocks = n.div_ceil(KEY_BLOCK);
-        key_blocks.resize_with(blocks.max(key_blocks.len()), PackedB::default);
-        value_blocks.resize_with(blocks.max(value_blocks.len()), PackedB::default);
+        if self.bf16 {
+            key_blocks_bf16.resize_with(blocks.max(key_blocks_bf16.len()), PackedBf16::default);
+            value_blocks_bf16.resize_with(blocks.max(value_blocks_bf16.len()), PackedBf16::default);
+        } else {
+            key_blocks.resize_with(blocks.max(key_blocks.len()), PackedB::default);
+            value_blocks.resize_with(blocks.max(value_blocks.len()), PackedB::default);
+        }
         for b in 0..blocks {
             let (c0, w) = (b * KEY_BLOCK, KEY_BLOCK.min(n - b * KEY_BLOCK));
-            key_blocks[b].repack(hd, w, self.kv_at(1, c0), 1, self.ld);
-            value_blocks[b].repack(w, hd, self.kv_at(2, c0), self.ld, 1);
+            if self.bf16 {
+                key_blocks_bf16[b].repack(hd, w, self.kv_at(1, c0), 1, self.ld);
+                value_blocks_bf16[b].repack(w, hd, self.kv_at(2, c0), self.ld, 1);
+            } else {
+                key_blocks[b].repack(hd, w, self.kv_at(1, c0), 1, self.ld);
+                value_blocks[b].repack(w, hd, self.kv_at(2, c0), self.ld, 1);
+            }
         }
         let (mut max, mut sum) = (Vec::new(), Vec::new());
         for b0 in (0..n).step_by(QUERY_BLOCK) {
@@ -253,7 +267,11 @@ impl HeadTask<'_> {
                 let (c0, w) = (kb * KEY_BLOCK, KEY_BLOCK.min(n - kb * KEY_BLOCK));
                 scores.clear();
                 scores.resize(rows * w, 0.0);
-                gemm(q, &key_blocks[kb], scores, w, Epilogue::None, false);
+                if self.bf16 {
+                    gemm_bf16(q, &key_blocks_bf16[kb], scores, w, Epilogue::None, false);
+                } else {
+                    gemm(q, &key_blocks[kb], scores, w, Epilogue::None, false);
+                }
                 for (r, row) in scores.chunks_mut(w).enumerate() {
                     let i = b0 + r;
                     let (lo, hi) = spec.visible(i, n);
@@ -282,7 +300,12 @@ impl HeadTask<'_> {
                 }
                 pv.clear();
                 pv.resize(rows * hd, 0.0);
-                gemm(MatRef { data: scores, rows, cols: w, ld: w }, &value_blocks[kb], pv, hd, Epilogue::None, false);
+                let p = MatRef { data: scores, rows, cols: w, ld: w };
+                if self.bf16 {
+                    gemm_bf16(p, &value_blocks_bf16[kb], pv, hd, Epilogue::None, false);
+                } else {
+                    gemm(p, &value_blocks[kb], pv, hd, Epilogue::None, false);
+                }
                 ops::add(self.isa, acc, pv);
             }
             for (r, row) in acc.chunks_mut(hd).enumerate() {
@@ -375,6 +398,8 @@ pub(crate) struct Scratch {
     pub scores: Vec<f32>,
     pub key_blocks: Vec<PackedB>,
     pub value_blocks: Vec<PackedB>,
+    pub key_blocks_bf16: Vec<PackedBf16>,
+    pub value_blocks_bf16: Vec<PackedBf16>,
     pub acc: Vec<f32>,
     pub pv: Vec<f32>,
     pub keys: PackedB,
@@ -447,9 +472,13 @@ mod tests {
         let cu = [0, 3, 4, 6];
         let tokens = 6;
         let qkv: Vec<f32> = (0..tokens * 3 * h).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.05).collect();
-        for causal in [false, true] {
+        // bf16 products (where they are fast here) within bf16's rounding, f32 within f32's.
+        let precisions =
+            if crate::cpu::bgemm::fast() { vec![(false, 1e-5), (true, 1e-2)] } else { vec![(false, 1e-5)] };
+        for ((bf16, tol), causal) in precisions.into_iter().flat_map(|p| [(p, false), (p, true)]) {
             let mut ctx = vec![f32::NAN; tokens * h];
-            attention(Isa::get(), &qkv, &mut ctx, &cu, &AttentionSpec::new(h, nh, causal), ScoreBias::None);
+            let spec = AttentionSpec::new(h, nh, causal);
+            attention(Isa::get(), &qkv, &mut ctx, &cu, &spec, ScoreBias::None, bf16);
             for s in 0..cu.len() - 1 {
                 let (r0, n) = (cu[s], cu[s + 1] - cu[s]);
                 for head in 0..nh {
@@ -457,7 +486,8 @@ mod tests {
                     for t in 0..n {
                         for d in 0..hd {
                             let got = ctx[(r0 + t) * h + head * hd + d];
-                            assert!((got - want[t * hd + d]).abs() < 1e-5, "causal {causal} seq {s} head {head}");
+                            let err = (got - want[t * hd + d]).abs();
+                            assert!(err < tol, "bf16 {bf16} causal {causal} seq {s} head {head}: {err}");
                         }
                     }
                 }

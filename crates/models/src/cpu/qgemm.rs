@@ -64,6 +64,12 @@ fn vnni() -> bool {
     })
 }
 
+/// How many quantization levels activations get on this machine's kernel: 256, or 128 where the AVX2 kernel
+/// keeps them to 7 bits (twice the step, so twice the rounding).
+pub fn activation_levels() -> u32 {
+    top_code() as u32 + 1
+}
+
 /// The name of the int8 kernel this machine uses.
 pub fn kernel_name() -> &'static str {
     match kernel_kind() {
