@@ -97,6 +97,41 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// A text model's facts with nothing else switched on: no media, no token outputs, no sparse or ColBERT
+    /// outputs, no prompts; padding as the backend computes; not normalized, no weights counted. Each loader
+    /// sets what differs (`ModelInfo { normalize: true, ..ModelInfo::new(..) }`).
+    pub fn new(
+        task: Task,
+        backend: Compute,
+        architecture: String,
+        dim: usize,
+        window: usize,
+        pooling: Pooling,
+    ) -> Self {
+        ModelInfo {
+            task,
+            backend,
+            architecture,
+            dim,
+            window,
+            pads: backend.pads(),
+            pooling,
+            normalize: false,
+            weight_bytes: 0,
+            image_input: false,
+            image_cost: 0,
+            image_pixels_per_token: 0,
+            audio_input: false,
+            audio_cost: 0,
+            token_outputs: false,
+            sparse: false,
+            sparse_output: false,
+            colbert_dim: None,
+            prompts: Default::default(),
+            takes_instruction: false,
+        }
+    }
+
     /// Token-equivalents this preprocessed image costs.
     pub fn image_tokens(&self, pixels: &Pixels) -> usize {
         let by_size = pixels.width * pixels.height / self.image_pixels_per_token.max(1);
@@ -570,28 +605,14 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     }
     let window = cfg.text_config.max_position_embeddings;
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), window)?;
+    let architecture = arch.architectures.first().cloned().unwrap_or_else(|| "CLIPModel".into());
     let info = ModelInfo {
-        task: Task::Embed,
-        backend,
-        architecture: arch.architectures.first().cloned().unwrap_or_else(|| "CLIPModel".into()),
-        dim: model.dim(),
-        window,
-        pads: backend.pads(),
-        // The text tower reads its end-of-text token; images their class token.
-        pooling: Pooling::LastToken,
         normalize: true,
         weight_bytes: if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() },
         image_input: true,
         image_cost: (side / vision.patch_size.max(1)).pow(2) + 1,
-        image_pixels_per_token: 0,
-        audio_input: false,
-        audio_cost: 0,
-        token_outputs: false,
-        sparse: false,
-        sparse_output: false,
-        colbert_dim: None,
-        prompts: Default::default(),
-        takes_instruction: false,
+        // The text tower reads its end-of-text token; images their class token.
+        ..ModelInfo::new(Task::Embed, backend, architecture, model.dim(), window, Pooling::LastToken)
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
     Ok(LoadedModel { model, tokenizer, images: Some(images), audio: None, info })
@@ -623,28 +644,14 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let patch = crate::models::htsat::check_audio_config(&cfg.audio_config)?;
     let (dim, audio_cost) = (model.dim(), (cfg.audio_config.spec_size / patch).pow(2));
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };
+    let architecture = arch.architectures.first().cloned().unwrap_or_else(|| "ClapModel".into());
     let info = ModelInfo {
-        task: Task::Embed,
-        backend,
-        architecture: arch.architectures.first().cloned().unwrap_or_else(|| "ClapModel".into()),
-        dim,
-        window,
-        pads: backend.pads(),
-        // The text tower pools its first token; clips average the final grid.
-        pooling: Pooling::Cls,
         normalize: true,
         weight_bytes,
-        image_input: false,
-        image_cost: 0,
-        image_pixels_per_token: 0,
         audio_input: true,
         audio_cost,
-        token_outputs: false,
-        sparse: false,
-        sparse_output: false,
-        colbert_dim: None,
-        prompts: Default::default(),
-        takes_instruction: false,
+        // The text tower pools its first token; clips average the final grid.
+        ..ModelInfo::new(Task::Embed, backend, architecture, dim, window, Pooling::Cls)
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
     Ok(LoadedModel { model, tokenizer, images: None, audio: Some(audio), info })
@@ -659,26 +666,11 @@ fn normalized(mut vectors: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
 /// `image_cost` is a page's tokens.
 fn page_retriever_info(backend: Compute, dim: usize, window: usize, weight_bytes: u64, image_cost: usize) -> ModelInfo {
     ModelInfo {
-        task: Task::MultiVector,
-        backend,
-        architecture: String::new(),
-        dim,
-        window,
-        pads: backend.pads(),
-        pooling: Pooling::Mean,
         normalize: true,
         weight_bytes,
         image_input: true,
         image_cost,
-        image_pixels_per_token: 0,
-        audio_input: false,
-        audio_cost: 0,
-        token_outputs: false,
-        sparse: false,
-        sparse_output: false,
-        colbert_dim: None,
-        prompts: Default::default(),
-        takes_instruction: false,
+        ..ModelInfo::new(Task::MultiVector, backend, String::new(), dim, window, Pooling::Mean)
     }
 }
 

@@ -51,29 +51,16 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
             images.output_size()
         )));
     }
+    let architecture = arch.architectures.first().cloned().unwrap_or_else(|| "SiglipModel".into());
     let info = ModelInfo {
-        task: Task::Embed,
-        backend,
-        architecture: arch.architectures.first().cloned().unwrap_or_else(|| "SiglipModel".into()),
-        dim: model.dim(),
-        window,
         // Every text runs padded to the whole window.
         pads: true,
-        // The text tower reads its last position; images are pooled by the attention probe.
-        pooling: Pooling::LastToken,
         normalize: true,
         weight_bytes: if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() },
         image_input: true,
         image_cost,
-        image_pixels_per_token: 0,
-        audio_input: false,
-        audio_cost: 0,
-        token_outputs: false,
-        sparse: false,
-        sparse_output: false,
-        colbert_dim: None,
-        prompts: Default::default(),
-        takes_instruction: false,
+        // The text tower reads its last position; images are pooled by the attention probe.
+        ..ModelInfo::new(Task::Embed, backend, architecture, model.dim(), window, Pooling::LastToken)
     };
     let model = std::sync::Arc::new(TowersModel { towers: model, normalize: true });
     Ok(LoadedModel { model, tokenizer, images: Some(images), audio: None, info })

@@ -82,28 +82,12 @@ impl Setup {
                 "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
             ));
         }
+        let architecture = arch.architectures.first().cloned().unwrap_or_else(|| arch.model_type.clone());
         let info = ModelInfo {
-            task: task.clone(),
-            backend: Compute::AlephCpu,
-            architecture: arch.architectures.first().cloned().unwrap_or_else(|| arch.model_type.clone()),
-            dim: hidden,
-            window,
-            pads: false,
-            pooling,
-            normalize: false,
-            weight_bytes: 0,
-            image_input: false,
-            image_cost: 0,
-            image_pixels_per_token: 0,
-            audio_input: false,
-            audio_cost: 0,
             // The head sees every token's state: it can skip normalization or return the states themselves.
             token_outputs: true,
-            sparse: false,
-            sparse_output: false,
-            colbert_dim: None,
             prompts: st.prompts.clone(),
-            takes_instruction: false,
+            ..ModelInfo::new(task.clone(), Compute::AlephCpu, architecture, hidden, window, pooling)
         };
         Ok(Setup { st, task, pooling, tokenizer, device, vb, mapped, backend, dtype: opts.dtype, info, side: None })
     }
