@@ -13,8 +13,10 @@ use rayon::prelude::*;
 use super::ops;
 use super::Isa;
 
-/// Depth of one packed block: a `KC × NR` panel of `B` stays in L1 while a block of `A` streams by.
-const KC: usize = 256;
+/// Most depth of one block: every pass over `C` reads and writes all of it, so few deep passes beat many
+/// shallow ones; the `KC × NR` panel of `B` then lives in L2, streamed to L1 by the kernel's prefetches.
+/// Measured on Sapphire Rapids (2 threads, 2048×1024×3072): 256 deep 290, 1024 deep 330 GFLOP/s.
+const KC: usize = 1024;
 
 impl Isa {
     /// Micro-kernel rows.
@@ -35,9 +37,11 @@ impl Isa {
         }
     }
 
-    /// Rows of `A` swept per pass over the panels of `B` (a multiple of `mr`).
-    fn mc(self) -> usize {
-        self.mr() * 16
+    /// Rows of `A` swept per pass over the panels of `B` at depth `kc` (a multiple of `mr`): at most 16
+    /// micro-panels, and at most 512 KiB of `A`, so it stays in a 1 MiB L2 beside B's panel.
+    fn mc(self, kc: usize) -> usize {
+        let fit = (512 << 10) / (4 * kc.max(1)) / self.mr();
+        self.mr() * fit.clamp(1, 16)
     }
 }
 
@@ -238,7 +242,7 @@ fn split_chunk(
 }
 
 /// One thread's share: rows `rows` of C, panels `panels` of B. Rows go by in chunks of `mc`, so the
-/// chunk of A stays in L2 while each KC × NR panel of B sits in L1.
+/// chunk of A stays in L2 while the panels of B go by.
 unsafe fn gemm_block(
     isa: Isa,
     a: MatRef,
@@ -248,12 +252,15 @@ unsafe fn gemm_block(
     panels: std::ops::Range<usize>,
     epi: Epilogue,
 ) {
-    let (mr, nr, k, mc) = (isa.mr(), isa.nr(), b.k, isa.mc());
+    let (mr, nr, k) = (isa.mr(), isa.nr(), b.k);
+    // Blocks of equal depth (1536 goes by as 2 × 768, not 1024 + 512).
+    let depth = k.div_ceil(k.div_ceil(KC).max(1));
+    let mc = isa.mc(depth);
     A_PACK.with(|buf| {
         let mut apad = buf.borrow_mut();
         let mut tile = [0f32; 12 * 32];
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
+        for pc in (0..k).step_by(depth.max(1)) {
+            let kc = depth.min(k - pc);
             let last = pc + kc == k;
             for chunk in (rows.start..rows.end).step_by(mc) {
                 let chunk_end = (chunk + mc).min(rows.end);
@@ -419,6 +426,7 @@ mod x86 {
         for p in 0..kc {
             let b0 = _mm256_loadu_ps(b.add(p * 16));
             let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
+            _mm_prefetch::<_MM_HINT_T0>(b.add(p * 16 + 16 * 8) as *const i8);
             let ap = a.add(p);
             macro_rules! fma_row {
                 ($r:expr) => {
@@ -472,9 +480,20 @@ mod x86 {
         acc: bool,
     ) {
         let mut s = [[_mm512_setzero_ps(); 2]; 12];
+        // C's tile is fetched while the sums run (the last pass over it was a whole block of B ago), and
+        // B's panel eight steps ahead of its loads.
+        macro_rules! prefetch_row {
+            ($r:expr) => {
+                _mm_prefetch::<_MM_HINT_T0>(c.add($r * ldc) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(c.add($r * ldc + 16) as *const i8);
+            };
+        }
+        rows12!(prefetch_row);
         for p in 0..kc {
             let b0 = _mm512_loadu_ps(b.add(p * 32));
             let b1 = _mm512_loadu_ps(b.add(p * 32 + 16));
+            _mm_prefetch::<_MM_HINT_T0>(b.add(p * 32 + 32 * 8) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(b.add(p * 32 + 32 * 8 + 16) as *const i8);
             let ap = a.add(p);
             macro_rules! fma_row {
                 ($r:expr) => {
@@ -519,7 +538,10 @@ mod tests {
 
     #[test]
     fn matches_naive_on_awkward_shapes() {
-        for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (13, 33, 300), (100, 70, 513), (37, 384, 384), (3, 1152, 20)] {
+        // 2100 deep goes by in three blocks of 700: the later ones add to C, edge tiles included.
+        for &(m, n, k) in
+            &[(1, 1, 1), (7, 13, 5), (13, 33, 300), (100, 70, 513), (37, 384, 384), (3, 1152, 20), (29, 45, 2100)]
+        {
             let a = data(m * k, 1);
             let w = data(n * k, 2);
             let bias = data(n, 3);
