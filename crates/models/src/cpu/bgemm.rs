@@ -200,6 +200,7 @@ fn gemm_on(path: Path, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi
 fn round_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, tile_rows: usize, pairs: &mut Vec<u32>) {
     pairs.clear();
     pairs.resize(rows.len().div_ceil(tile_rows) * tile_rows * kp, 0);
+    #[cfg(target_arch = "x86_64")]
     let vector = native();
     for (local, r) in rows.enumerate() {
         let src = &a.data[r * a.ld..r * a.ld + a.cols];
@@ -213,7 +214,7 @@ fn round_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, tile_rows: usi
             0
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let done = usize::from(vector);
+        let done = 0;
         for (q, d) in dst.iter_mut().enumerate().skip(done) {
             let lo = to_bf16(src[2 * q]) as u32;
             let hi = src.get(2 * q + 1).map_or(0, |&v| to_bf16(v) as u32);

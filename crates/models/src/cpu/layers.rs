@@ -231,25 +231,31 @@ impl HeadTask<'_> {
     }
 
     fn blocked(&self, scratch: &mut Scratch) {
-        let (spec, n, hd) = (self.spec, self.n, self.spec.head_dim);
         let Scratch { scores, key_blocks, value_blocks, key_blocks_bf16, value_blocks_bf16, acc, pv, .. } = scratch;
-        let blocks = n.div_ceil(KEY_BLOCK);
         if self.bf16 {
-            key_blocks_bf16.resize_with(blocks.max(key_blocks_bf16.len()), PackedBf16::default);
-            value_blocks_bf16.resize_with(blocks.max(value_blocks_bf16.len()), PackedBf16::default);
+            self.blocked_on(key_blocks_bf16, value_blocks_bf16, scores, acc, pv);
         } else {
-            key_blocks.resize_with(blocks.max(key_blocks.len()), PackedB::default);
-            value_blocks.resize_with(blocks.max(value_blocks.len()), PackedB::default);
+            self.blocked_on(key_blocks, value_blocks, scores, acc, pv);
         }
+    }
+
+    /// [`Self::blocked`] with keys and values packed as `P`: f32 panels, or bf16 ones.
+    fn blocked_on<P: Operand>(
+        &self,
+        key_blocks: &mut Vec<P>,
+        value_blocks: &mut Vec<P>,
+        scores: &mut Vec<f32>,
+        acc: &mut Vec<f32>,
+        pv: &mut Vec<f32>,
+    ) {
+        let (spec, n, hd) = (self.spec, self.n, self.spec.head_dim);
+        let blocks = n.div_ceil(KEY_BLOCK);
+        key_blocks.resize_with(blocks.max(key_blocks.len()), P::default);
+        value_blocks.resize_with(blocks.max(value_blocks.len()), P::default);
         for b in 0..blocks {
             let (c0, w) = (b * KEY_BLOCK, KEY_BLOCK.min(n - b * KEY_BLOCK));
-            if self.bf16 {
-                key_blocks_bf16[b].repack(hd, w, self.kv_at(1, c0), 1, self.ld);
-                value_blocks_bf16[b].repack(w, hd, self.kv_at(2, c0), self.ld, 1);
-            } else {
-                key_blocks[b].repack(hd, w, self.kv_at(1, c0), 1, self.ld);
-                value_blocks[b].repack(w, hd, self.kv_at(2, c0), self.ld, 1);
-            }
+            key_blocks[b].repack(hd, w, self.kv_at(1, c0), 1, self.ld);
+            value_blocks[b].repack(w, hd, self.kv_at(2, c0), self.ld, 1);
         }
         let (mut max, mut sum) = (Vec::new(), Vec::new());
         for b0 in (0..n).step_by(QUERY_BLOCK) {
@@ -267,11 +273,7 @@ impl HeadTask<'_> {
                 let (c0, w) = (kb * KEY_BLOCK, KEY_BLOCK.min(n - kb * KEY_BLOCK));
                 scores.clear();
                 scores.resize(rows * w, 0.0);
-                if self.bf16 {
-                    gemm_bf16(q, &key_blocks_bf16[kb], scores, w, Epilogue::None, false);
-                } else {
-                    gemm(q, &key_blocks[kb], scores, w, Epilogue::None, false);
-                }
+                key_blocks[kb].product(q, scores, w);
                 for (r, row) in scores.chunks_mut(w).enumerate() {
                     let i = b0 + r;
                     let (lo, hi) = spec.visible(i, n);
@@ -300,12 +302,7 @@ impl HeadTask<'_> {
                 }
                 pv.clear();
                 pv.resize(rows * hd, 0.0);
-                let p = MatRef { data: scores, rows, cols: w, ld: w };
-                if self.bf16 {
-                    gemm_bf16(p, &value_blocks_bf16[kb], pv, hd, Epilogue::None, false);
-                } else {
-                    gemm(p, &value_blocks[kb], pv, hd, Epilogue::None, false);
-                }
+                value_blocks[kb].product(MatRef { data: scores, rows, cols: w, ld: w }, pv, hd);
                 ops::add(self.isa, acc, pv);
             }
             for (r, row) in acc.chunks_mut(hd).enumerate() {
@@ -389,6 +386,32 @@ impl SharedOut {
 // SAFETY: tasks write disjoint regions (see `attention`).
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
+
+/// A right-hand operand of attention's two products, packed from the batch: f32 panels, or bf16 ones where
+/// bf16 products are fast and the model runs at reduced precision.
+trait Operand: Default {
+    fn repack(&mut self, k: usize, n: usize, src: &[f32], s_k: usize, s_n: usize);
+    /// `c = a · self` on the calling thread (attention's tasks are already one per core).
+    fn product(&self, a: MatRef, c: &mut [f32], ldc: usize);
+}
+
+impl Operand for PackedB {
+    fn repack(&mut self, k: usize, n: usize, src: &[f32], s_k: usize, s_n: usize) {
+        PackedB::repack(self, k, n, src, s_k, s_n)
+    }
+    fn product(&self, a: MatRef, c: &mut [f32], ldc: usize) {
+        gemm(a, self, c, ldc, Epilogue::None, false)
+    }
+}
+
+impl Operand for PackedBf16 {
+    fn repack(&mut self, k: usize, n: usize, src: &[f32], s_k: usize, s_n: usize) {
+        PackedBf16::repack(self, k, n, src, s_k, s_n)
+    }
+    fn product(&self, a: MatRef, c: &mut [f32], ldc: usize) {
+        gemm_bf16(a, self, c, ldc, Epilogue::None, false)
+    }
+}
 
 /// Per-thread buffers for one attention head: a block of scores, its keys and values packed per key block,
 /// the running weighted values, and (DeBERTa) the whole packed keys and values, position table and
