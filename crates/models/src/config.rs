@@ -22,6 +22,8 @@ pub struct ArchConfig {
     /// Remote code: transformers class names mapped to modules the repository ships (`trust_remote_code`).
     #[serde(default)]
     pub auto_map: BTreeMap<String, serde_json::Value>,
+    /// A decoder's `is_causal` (`false`: gte-Qwen2-instruct attends both ways).
+    pub is_causal: Option<bool>,
 }
 
 /// What a served model does, decided from its config as Infinity decides it.
@@ -66,6 +68,15 @@ impl ArchConfig {
                 other => other.to_string(),
             };
             format!("{k} → {target}")
+        })
+    }
+
+    /// Every `AutoModel*` class the repository's own code provides (empty without `auto_map`).
+    pub fn remote_model_classes(&self) -> impl Iterator<Item = &str> {
+        self.auto_map.iter().filter(|(k, _)| k.starts_with("AutoModel")).filter_map(|(_, v)| match v {
+            serde_json::Value::String(s) => Some(s.as_str()),
+            serde_json::Value::Array(a) => a.first().and_then(|x| x.as_str()),
+            _ => None,
         })
     }
 

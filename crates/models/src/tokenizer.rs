@@ -243,6 +243,44 @@ impl TextTokenizer {
         })
     }
 
+    /// Ends every sequence with `token`, as a tokenizer's own Python code does where `tokenizer.json` leaves it
+    /// out (gte-Qwen2-instruct's `tokenization_qwen` appends `<|endoftext|>`: `A <eos>`, `A <eos> B <eos>`).
+    /// Nothing changes when the tokenizer already ends with it; an error when `token` is not in the vocabulary.
+    pub fn appending(mut self, token: &str) -> Result<Self, ModelError> {
+        use tokenizers::processors::{sequence::Sequence, template::TemplateProcessing, PostProcessorWrapper};
+        use tokenizers::PostProcessor;
+        let Kind::HuggingFace(tok) = &mut self.kind else {
+            return Ok(self);
+        };
+        let id = tok.token_to_id(token).ok_or_else(|| ModelError::Tokenizer(format!("no `{token}` token")))?;
+        let ends = |tok: &Tokenizer| tok.encode_fast("a", true).ok().and_then(|e| e.get_ids().last().copied());
+        if ends(tok) == Some(id) {
+            return Ok(self);
+        }
+        let invalid = |e: String| ModelError::Tokenizer(format!("appending `{token}`: {e}"));
+        let template = TemplateProcessing::builder()
+            .try_single(format!("$A:0 {token}:0"))
+            .and_then(|b| b.try_pair(format!("$A:0 {token}:0 $B:1 {token}:1")))
+            .map_err(|e| invalid(e.to_string()))?
+            .special_tokens(vec![(token.to_string(), id)])
+            .build()
+            .map_err(|e| invalid(e.to_string()))?;
+        // A template of the file's own that adds nothing (transformers 5 writes one) would merge a pair before
+        // the eos could go between; one that adds tokens keeps them, ahead of the eos.
+        let processor = match tok.get_post_processor() {
+            None => PostProcessorWrapper::Template(template),
+            Some(PostProcessorWrapper::Template(own)) if own.added_tokens(false) + own.added_tokens(true) == 0 => {
+                PostProcessorWrapper::Template(template)
+            }
+            Some(own) => PostProcessorWrapper::Sequence(Sequence::new(vec![
+                own.clone(),
+                PostProcessorWrapper::Template(template),
+            ])),
+        };
+        tok.with_post_processor(Some(processor));
+        Ok(self)
+    }
+
     /// A byte tokenizer needing no files (ids 3..=258 are bytes, 1 and 2 frame the sequence).
     pub fn bytes(window: usize) -> Self {
         TextTokenizer {

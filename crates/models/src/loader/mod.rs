@@ -489,8 +489,19 @@ fn load_as_configured(dir: &Path, arch: ArchConfig, opts: &LoadOptions) -> Resul
 /// JinaBERT v2's code (jina-embeddings-v2, jina-reranker-v1), which `model_type: bert` checkpoints name.
 pub(crate) const JINA_BERT: &str = "jinaai/jina-bert-implementation";
 
+/// Whether a `qwen2` checkpoint's own code is gte-Qwen2-instruct's `modeling_qwen` (also stella_en_v5's, and
+/// named as `Alibaba-NLP/gte-Qwen2-7B-instruct--modeling_qwen.Qwen2Model` by fine-tunes): transformers' Qwen2
+/// whose attention follows the config's `is_causal` (TEI reads that file the same way).
+pub(crate) fn runs_gte_qwen2(arch: &ArchConfig) -> bool {
+    let mut classes = arch.remote_model_classes().peekable();
+    arch.model_type == "qwen2"
+        && classes.peek().is_some()
+        && classes.all(|c| c.rsplit("--").next().is_some_and(|m| m.starts_with("modeling_qwen.Qwen2")))
+}
+
 /// Aleph runs no Python. A model whose repository ships its own modeling code loads only if Aleph
-/// implements that family (Alibaba's GTE `NewModel`, Nomic's `NomicBertModel`, JinaBERT v2); other remote
+/// implements that family (Alibaba's GTE `NewModel`, Nomic's `NomicBertModel`, JinaBERT v2, gte-Qwen2's
+/// `modeling_qwen` where the config says `is_causal`); other remote
 /// code is refused rather than run as the plain architecture its `model_type` names (jina's qk-post-norm
 /// variant says `bert` too, and plain BERT would return wrong vectors). Without trust, transformers ignores
 /// `auto_map` and so does Aleph.
@@ -504,6 +515,16 @@ pub fn check_remote_code(arch: &ArchConfig, trust: bool) -> Result<(), ModelErro
         || (arch.model_type == "bert" && arch.remote_code_from(JINA_BERT))
     {
         return Ok(());
+    }
+    if trust && runs_gte_qwen2(arch) {
+        // That code reads `config.is_causal`, which transformers' Qwen2Config does not define.
+        return match arch.is_causal {
+            Some(_) => Ok(()),
+            None => Err(ModelError::Unsupported(format!(
+                "gte-Qwen2's modeling code ({code}) with no `is_causal` in config.json: which way it attends \
+                 is unknown (gte-Qwen2-instruct says false; --no-trust-remote-code loads transformers' causal qwen2)"
+            ))),
+        };
     }
     if !trust {
         tracing::warn!(

@@ -312,7 +312,7 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
 /// layers after the pooling).
 pub(super) fn load_gemma3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: Gemma3Config = read_json(&dir.join("config.json"))?;
-    let family = DecoderFamily { spec: cfg.decoder()?, name: "Gemma3", reranker: None };
+    let family = DecoderFamily { spec: cfg.decoder()?, name: "Gemma3", reranker: None, appends: None };
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 
@@ -329,8 +329,29 @@ pub(super) fn load_llama(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> R
         llama::Family::Qwen2 if names_mxbai_rerank(dir) => Some(LmReranker::MXBAI),
         _ => None,
     };
-    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker };
+    // gte-Qwen2-instruct's tokenizer code ends every sequence with its eos, which its tokenizer.json leaves out.
+    let appends = (kind == llama::Family::Qwen2
+        && opts.trust_remote_code
+        && super::runs_gte_qwen2(arch)
+        && tokenizer_code_is(dir, "tokenization_qwen."))
+    .then(|| SpecialTokens::read(dir).map(|t| t.eos_token.unwrap_or_else(|| "<|endoftext|>".into())))
+    .transpose()?;
+    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker, appends };
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
+}
+
+/// Whether `tokenizer_config.json` names tokenizer code of the repository's own module `module`.
+fn tokenizer_code_is(dir: &Path, module: &str) -> bool {
+    let Ok(config) = read_json::<serde_json::Value>(&dir.join("tokenizer_config.json")) else {
+        return false;
+    };
+    let named =
+        |v: &serde_json::Value| v.as_str().is_some_and(|c| c.rsplit("--").next().unwrap_or(c).starts_with(module));
+    match config.get("auto_map").and_then(|m| m.get("AutoTokenizer")) {
+        Some(serde_json::Value::Array(classes)) => classes.iter().any(named),
+        Some(class) => named(class),
+        None => false,
+    }
 }
 
 /// Whether a checkpoint is mxbai-rerank-v2: its model card or its folder (a hub cache's
@@ -345,6 +366,8 @@ struct DecoderFamily {
     spec: DecoderSpec,
     name: &'static str,
     reranker: Option<LmReranker>,
+    /// A token the tokenizer's own code ends every sequence with.
+    appends: Option<String>,
 }
 
 /// How a causal LM reranks: its prompt around each pair, and the answer tokens whose logits it compares.
@@ -372,6 +395,9 @@ fn load_decoder(
     max_positions: usize,
 ) -> Result<LoadedModel, ModelError> {
     let mut setup = Setup::new(dir, arch, opts, max_positions, family.spec.hidden)?;
+    if let Some(token) = &family.appends {
+        setup.tokenizer = setup.tokenizer.appending(token)?;
+    }
     let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
     let reranker = match &opts.rerank_template {
         RerankTemplate::Auto => family.reranker,

@@ -52,6 +52,10 @@ pub struct Gemma3Config {
     pub attn_logit_softcapping: Option<f64>,
     #[serde(default)]
     pub use_bidirectional_attention: bool,
+    /// transformers 5.5 on turns `false` into bidirectional masks whose windows differ from
+    /// `use_bidirectional_attention`'s; no checkpoint says it, so it is refused rather than guessed.
+    #[serde(default)]
+    pub is_causal: Option<bool>,
     /// transformers 5: `{"full_attention": {...}, "sliding_attention": {...}}`, each with `rope_type` and
     /// `rope_theta`.
     #[serde(default)]
@@ -131,6 +135,11 @@ impl Gemma3Config {
         }
         if let Some(cap) = self.attn_logit_softcapping {
             return unsupported(format!("Gemma3 attn_logit_softcapping {cap}"));
+        }
+        if self.is_causal == Some(false) {
+            return unsupported(
+                "Gemma3 with is_causal false (use_bidirectional_attention is how Gemma3 says it)".into(),
+            );
         }
         let layers = (0..self.num_hidden_layers).map(|n| self.local(n)).collect::<Result<Vec<_>, _>>()?;
         let (global_theta, local_theta) = self.thetas()?;
@@ -216,6 +225,7 @@ mod tests {
             (r#"{"attn_logit_softcapping": 50.0}"#, "attn_logit_softcapping"),
             (r#"{"sliding_window": null}"#, "sliding_window"),
             (r#"{"num_hidden_layers": 1, "layer_types": ["chunked_attention"]}"#, "layer_types"),
+            (r#"{"is_causal": false}"#, "is_causal"),
         ] {
             let e = spec(json).unwrap_err().to_string();
             assert!(e.contains(what), "{json}: {e}");

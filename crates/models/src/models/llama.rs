@@ -2,8 +2,9 @@
 //! `layers::decoder`: Llama (`llama`), Mistral (`mistral`: e5-mistral-7b-instruct, SFR-Embedding-Mistral; every
 //! layer attends within a sliding window), Qwen2 (`qwen2`: biases on q, k and v; mxbai-rerank-v2) and Qwen3
 //! (`qwen3`: per-head query/key norms; Qwen3-Embedding and Qwen3-Reranker). They differ in defaults, biases,
-//! norms and windows only; the sentence-transformers files pool the last token. Checkpoints that ship their own
-//! modeling code (bidirectional variants) are refused by the loader's remote-code check.
+//! norms and windows only; the sentence-transformers files pool the last token. `is_causal: false` in the config
+//! makes them bidirectional (gte-Qwen2-instruct). Checkpoints that ship other modeling code are refused by the
+//! loader's remote-code check.
 
 use serde::Deserialize;
 
@@ -64,6 +65,9 @@ struct File {
     layer_types: Option<Vec<String>>,
     attention_bias: Option<bool>,
     mlp_bias: Option<bool>,
+    /// `false` makes every layer attend both ways: transformers (5.5 on) builds a bidirectional mask for a config
+    /// that says so, and gte-Qwen2-instruct's own modeling code reads the same field.
+    is_causal: Option<bool>,
 }
 
 /// Tells an omitted `sliding_window` (`None`: the class default) from an explicit `null` (`Some(None)`).
@@ -103,6 +107,7 @@ impl LlamaConfig {
         if f.layer_types.iter().flatten().any(|t| t != "full_attention") {
             return unsupported("layer_types other than full_attention (sliding-window layers)".into());
         }
+        let causal = f.is_causal.unwrap_or(true);
         let window = match family {
             Family::Mistral => f.sliding_window.unwrap_or(Some(4096)),
             // Qwen2 and Qwen3 window only their layers past max_window_layers, and only with use_sliding_window.
@@ -132,9 +137,10 @@ impl LlamaConfig {
             eps: f.rms_norm_eps.unwrap_or(1e-6),
             norm_plus_one: false,
             qk_norm: family == Family::Qwen3,
-            causal: true,
-            // transformers' sliding mask keeps keys `j > i − window`: `window − 1` tokens behind.
-            window: window.map(|w| w.saturating_sub(1)),
+            causal,
+            // transformers' sliding mask keeps keys `j > i − window` (`window − 1` tokens behind); its
+            // bidirectional one keeps `|i − j| ≤ window`.
+            window: window.map(|w| if causal { w.saturating_sub(1) } else { w }),
             rope_theta: theta,
             embed_scale: None,
             attn_scale: None,
@@ -204,5 +210,15 @@ mod tests {
             let e = read(json, family).unwrap_err().to_string();
             assert!(e.contains(what), "{json}: {e}");
         }
+    }
+
+    #[test]
+    fn is_causal_false_attends_both_ways_and_windows_either_side() {
+        assert!(read("{}", Family::Qwen2).unwrap().spec.causal);
+        let q = read(r#"{"is_causal": false}"#, Family::Qwen2).unwrap();
+        assert!(!q.spec.causal);
+        let m = read(r#"{"is_causal": false, "sliding_window": 6}"#, Family::Mistral).unwrap();
+        assert_eq!((m.spec.causal, m.spec.window), (false, Some(6)));
+        assert_eq!(read(r#"{"sliding_window": 6}"#, Family::Mistral).unwrap().spec.window, Some(5));
     }
 }

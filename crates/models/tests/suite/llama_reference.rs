@@ -2,9 +2,14 @@
 //! Mistral with a sliding window the texts pass, Qwen2 with q/k/v biases, Llama; last-token pooling and the
 //! `query` prompt, as e5-mistral-7b-instruct, gte-Qwen2-instruct and SFR-Embedding are served.
 
+use aleph_models::{load, LoadOptions};
+
 use crate::common;
 
-use common::{check_embedder, check_int8_close, check_prompted};
+use common::{
+    backends, check_embedder, check_embedder_with, check_int8_close, check_prompted, check_prompted_with, fixtures,
+    floats, max_diff, reference, text_batch,
+};
 
 const FAMILIES: [&str; 3] = ["mistral-embed", "qwen2-embed", "llama-embed"];
 
@@ -21,4 +26,64 @@ fn int8_stays_close_to_f32() {
 #[test]
 fn the_query_prompt_is_prepended_as_sentence_transformers_does() {
     FAMILIES.iter().for_each(|f| check_prompted(f));
+}
+
+/// gte-Qwen2-instruct under its own code (scripts/make_gte_qwen2.py): bidirectional, as its config's `is_causal:
+/// false` says, and every sequence ending in the `<|endoftext|>` its tokenizer code appends.
+#[test]
+fn gte_qwen2_under_its_own_code_matches_on_both_backends() {
+    let trusting = LoadOptions { trust_remote_code: true, ..Default::default() };
+    check_embedder_with("gte-qwen2-embed", &trusting);
+    check_prompted_with("gte-qwen2-embed", &trusting);
+    check_int8_close("gte-qwen2-embed");
+}
+
+/// Without trust the tokenizer's code is ignored (no eos, as transformers' own tokenizer class reads
+/// tokenizer.json), while `is_causal: false` still holds: transformers' own Qwen2 reads it too.
+#[test]
+fn gte_qwen2_without_trust_runs_transformers_own_classes() {
+    let r = reference("gte-qwen2-embed");
+    let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let with_eos: Vec<u64> = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    // An empty text is no tokens at all without the eos; sentence-transformers pools it to zeros.
+    let kept: Vec<usize> = (0..texts.len()).filter(|&i| !texts[i].is_empty()).collect();
+    for (backend, name) in backends() {
+        let loaded = load(&fixtures().join("gte-qwen2-embed"), &LoadOptions { backend, ..Default::default() }).unwrap();
+        let batch = text_batch(&loaded, &kept.iter().map(|&i| texts[i]).collect::<Vec<_>>());
+        for (row, &i) in kept.iter().enumerate() {
+            let window = 64;
+            let want = if with_eos[i] as usize >= window { window } else { with_eos[i] as usize - 1 };
+            assert_eq!(batch.seq_len(row), want, "text {i}: tokens without the eos");
+        }
+        let got = loaded.model.forward(&batch).unwrap().vectors;
+        for (g, &i) in got.iter().zip(&kept) {
+            let d = max_diff(g, &floats(&r["plain_vectors"][i]));
+            assert!(d < 1e-4, "gte-qwen2-embed on {name} without trust, text {i}: vectors differ by {d}");
+        }
+    }
+}
+
+/// Its code reads `is_causal`, which transformers' Qwen2Config does not define: without it, which way the
+/// model attends is unknown, so trusting that code refuses to guess.
+#[test]
+fn gte_qwen2_code_without_is_causal_is_refused() {
+    let dir = std::env::temp_dir().join(format!("aleph-gte-qwen2-no-is-causal-{}", std::process::id()));
+    let src = fixtures().join("gte-qwen2-embed");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    config.as_object_mut().unwrap().remove("is_causal");
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let e = match load(&dir, &LoadOptions { trust_remote_code: true, ..Default::default() }) {
+        Ok(_) => panic!("loaded gte-Qwen2's code with no is_causal"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("is_causal") && e.contains("modeling_qwen"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -215,6 +215,13 @@ fn gemma3_embeds_with_its_prompts_on_every_path() {
     embeds_with_its_query_prompt_on_every_path("gemma3-embed");
 }
 
+/// gte-Qwen2-instruct's shape (scripts/make_gte_qwen2.py) under its own code, which the server trusts by default:
+/// bidirectional from `is_causal: false`, the eos its tokenizer code appends, its `query` instruction.
+#[test]
+fn gte_qwen2_embeds_with_its_prompts_on_every_path() {
+    embeds_with_its_query_prompt_on_every_path("gte-qwen2-embed");
+}
+
 fn embeds_with_its_query_prompt_on_every_path(name: &str) {
     let default: Run = (&[], &[]);
     let (model, r) = (tiny(name), reference(name));

@@ -73,12 +73,17 @@ pub fn check_multivector_queries(model: &str, backend: Backend) {
 /// Embedder `model` (`reference.json`: `texts`, `vectors`, `token_counts`) on both backends: the same token
 /// counts, every vector within 1e-4.
 pub fn check_embedder(model: &str) {
+    check_embedder_with(model, &LoadOptions::default());
+}
+
+/// [`check_embedder`] loading with `options` (on each backend in turn).
+pub fn check_embedder_with(model: &str, options: &LoadOptions) {
     let r = reference(model);
     let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     let want: Vec<Vec<f32>> = r["vectors"].as_array().unwrap().iter().map(floats).collect();
     let counts: Vec<u64> = r["token_counts"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
     for (backend, name) in backends() {
-        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..Default::default() }).unwrap();
+        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..options.clone() }).unwrap();
         assert_eq!(loaded.info.backend.name(), name);
         let batch = text_batch(&loaded, &texts);
         assert_eq!((0..batch.len()).map(|i| batch.seq_len(i) as u64).collect::<Vec<_>>(), counts, "token counts");
@@ -144,8 +149,9 @@ fn check_close_to_f32(model: &str, dtype: aleph_models::DType, min_cos: f32) {
     let r = reference(model);
     let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     let dir = fixtures().join(model);
-    let f32_model = load(&dir, &LoadOptions::default()).unwrap();
-    let other = load(&dir, &LoadOptions { dtype, ..Default::default() }).unwrap();
+    // As the server loads by default: trusting the code of the families Aleph implements.
+    let f32_model = load(&dir, &LoadOptions { trust_remote_code: true, ..Default::default() }).unwrap();
+    let other = load(&dir, &LoadOptions { dtype, trust_remote_code: true, ..Default::default() }).unwrap();
     assert!(other.info.weight_bytes < f32_model.info.weight_bytes, "{model}: {dtype:?} holds fewer bytes");
     let batch = text_batch(&f32_model, &texts);
     let (a, b) = (f32_model.model.forward(&batch).unwrap().vectors, other.model.forward(&batch).unwrap().vectors);
@@ -160,10 +166,15 @@ fn check_close_to_f32(model: &str, dtype: aleph_models::DType, min_cos: f32) {
 /// The reference's `query_vectors`: each text after its `prompt`, as sentence-transformers prepends it before
 /// tokenizing, on both backends within 1e-4.
 pub fn check_prompted(model: &str) {
+    check_prompted_with(model, &LoadOptions::default());
+}
+
+/// [`check_prompted`] loading with `options` (on each backend in turn).
+pub fn check_prompted_with(model: &str, options: &LoadOptions) {
     let r = reference(model);
     let prompt = r["prompt"].as_str().unwrap();
     for (backend, name) in backends() {
-        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..Default::default() }).unwrap();
+        let loaded = load(&fixtures().join(model), &LoadOptions { backend, ..options.clone() }).unwrap();
         assert_eq!(loaded.info.prompts.get("query"), Ok(prompt), "{model}: the prompt read from its files");
         let texts: Vec<String> =
             r["texts"].as_array().unwrap().iter().map(|t| format!("{prompt}{}", t.as_str().unwrap())).collect();
@@ -176,7 +187,7 @@ pub fn check_prompted(model: &str) {
     }
 }
 
-fn text_batch(loaded: &aleph_models::LoadedModel, texts: &[&str]) -> Batch {
+pub fn text_batch(loaded: &aleph_models::LoadedModel, texts: &[&str]) -> Batch {
     let mut batch = Batch::new();
     for t in texts {
         let e = loaded.tokenizer.encode(t).unwrap();
