@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_llama_family import seeded  # noqa: E402
 from make_qwen3 import QUERY_PROMPT  # noqa: E402
 from make_tiny_colqwen2 import qwen_like_tokenizer  # noqa: E402
 from make_tiny_models import SEED, TEXTS, save, sentences  # noqa: E402
@@ -76,13 +77,7 @@ def main():
                       num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2,
                       rope_parameters={"rope_type": "default", "rope_theta": 1e6}, vocab_size=len(plain),
                       eos_token_id=plain.convert_tokens_to_ids(EOS), is_causal=False)
-    torch.manual_seed(SEED + 98)
-    model = Qwen2Model(cfg).eval()
-    for pname, p in model.named_parameters():
-        if "norm" in pname:
-            torch.nn.init.normal_(p, mean=1.0, std=0.3)
-        elif pname.endswith(".bias"):
-            torch.nn.init.normal_(p, std=0.2)
+    model = seeded(Qwen2Model, cfg, SEED + 98)
 
     tmp = out_root / "_tmp_gte_qwen2"
     save(model, plain, tmp / "plain")

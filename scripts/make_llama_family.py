@@ -37,6 +37,18 @@ def families():
             ("llama-embed", LlamaModel, LlamaConfig(**common), SEED + 97)]
 
 
+def seeded(model_cls, cfg, seed):
+    """`model_cls(cfg)` drawn from `seed`, with RMS norms around 1 and biases drawn too, so that both count."""
+    torch.manual_seed(seed)
+    model = model_cls(cfg).eval()
+    for pname, p in model.named_parameters():
+        if "norm" in pname:
+            torch.nn.init.normal_(p, mean=1.0, std=0.3)
+        elif pname.endswith(".bias"):
+            torch.nn.init.normal_(p, std=0.2)
+    return model
+
+
 @torch.no_grad()
 def main():
     from sentence_transformers import SentenceTransformer
@@ -50,13 +62,7 @@ def main():
     for name, model_cls, cfg, seed in families():
         cfg.vocab_size = len(tok)
         cfg.eos_token_id = tok.convert_tokens_to_ids("<|endoftext|>")
-        torch.manual_seed(seed)
-        model = model_cls(cfg).eval()
-        for pname, p in model.named_parameters():
-            if "norm" in pname:
-                torch.nn.init.normal_(p, mean=1.0, std=0.3)
-            elif pname.endswith(".bias"):
-                torch.nn.init.normal_(p, std=0.2)
+        model = seeded(model_cls, cfg, seed)
         tmp = out_root / f"_tmp_{name}"
         save(model, tok, tmp)
         st = SentenceTransformer(modules=[Transformer(str(tmp), max_seq_length=64),
