@@ -53,6 +53,12 @@ impl Task {
     }
 }
 
+/// The module a remote-code class names, without the repository it may live in (`org/repo--modeling_x.Cls` and
+/// `modeling_x.Cls` are both `modeling_x.Cls`).
+pub fn code_in_repo(class: &str) -> &str {
+    class.rsplit("--").next().unwrap_or(class)
+}
+
 impl ArchConfig {
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
         read_json(&dir.join("config.json"))
@@ -61,22 +67,23 @@ impl ArchConfig {
     /// The model class the repository's own code provides, if its `auto_map` names one (configs and
     /// tokenizers alone do not change the model).
     pub fn remote_model_code(&self) -> Option<String> {
-        self.auto_map.iter().find(|(k, _)| k.starts_with("AutoModel")).map(|(k, v)| {
-            let target = match v {
-                serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Array(a) => a.first().and_then(|x| x.as_str()).unwrap_or_default().to_string(),
-                other => other.to_string(),
-            };
-            format!("{k} → {target}")
-        })
+        self.remote_models().next().map(|(k, class)| format!("{k} → {class}"))
     }
 
     /// Every `AutoModel*` class the repository's own code provides (empty without `auto_map`).
     pub fn remote_model_classes(&self) -> impl Iterator<Item = &str> {
-        self.auto_map.iter().filter(|(k, _)| k.starts_with("AutoModel")).filter_map(|(_, v)| match v {
-            serde_json::Value::String(s) => Some(s.as_str()),
-            serde_json::Value::Array(a) => a.first().and_then(|x| x.as_str()),
-            _ => None,
+        self.remote_models().map(|(_, class)| class)
+    }
+
+    /// `auto_map`'s `AutoModel*` entries with the class each names (a list's first: the slow class).
+    fn remote_models(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.auto_map.iter().filter(|(k, _)| k.starts_with("AutoModel")).map(|(k, v)| {
+            let class = match v {
+                serde_json::Value::String(s) => s.as_str(),
+                serde_json::Value::Array(a) => a.first().and_then(|x| x.as_str()).unwrap_or_default(),
+                _ => "",
+            };
+            (k.as_str(), class)
         })
     }
 

@@ -16,7 +16,8 @@ use crate::loader::{Compute, MappedMatrix};
 
 /// Shortest longest-sequence of a batch whose attention runs in bf16 under bf16 and int8 weights: below it
 /// the products are too small to repay rounding the keys and values. MiniLM int8, 32 sequences: at 16 and 48
-/// tokens the forward pass was 12-15 % faster with f32 attention, at 64-200 the two were even, at 4,096 bf16 was 1.6× (BENCHMARKS).
+/// tokens the forward pass was 12-15 % faster with f32 attention, at 64-200 the two were even, at 4,096 bf16
+/// was 1.6× (BENCHMARKS).
 const BF16_ATTENTION_FROM: usize = 64;
 
 /// How much of an activation outlier moves into the weight (SmoothQuant's α).

@@ -327,14 +327,18 @@ unsafe fn gemm_block(
 
 /// Copies the full micro-panels of rows `row0..end` of A, depth `pc..pc+kc`, into micro-panel order:
 /// element `(r, p)` of micro-panel `i` at `i·kc·mr + p·mr + r`.
+/// Every element is written, so the buffer only grows (no zeroing per chunk); writes go in order, one
+/// depth step of `mr` rows at a time.
 fn pack_panels(buf: &mut Vec<f32>, a: MatRef, row0: usize, end: usize, pc: usize, kc: usize, mr: usize) {
-    buf.clear();
-    buf.resize((end - row0) * kc, 0.0);
-    for (i, panel) in buf.chunks_exact_mut(kc * mr).enumerate() {
-        for r in 0..mr {
-            let src = &a.data[(row0 + i * mr + r) * a.ld + pc..][..kc];
-            for (p, &v) in src.iter().enumerate() {
-                panel[p * mr + r] = v;
+    let len = (end - row0) * kc;
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+    for (i, panel) in buf[..len].chunks_exact_mut(kc * mr).enumerate() {
+        let first = (row0 + i * mr) * a.ld + pc;
+        for (p, step) in panel.chunks_exact_mut(mr).enumerate() {
+            for (r, v) in step.iter_mut().enumerate() {
+                *v = a.data[first + r * a.ld + p];
             }
         }
     }

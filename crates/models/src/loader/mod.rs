@@ -496,7 +496,7 @@ pub(crate) fn runs_gte_qwen2(arch: &ArchConfig) -> bool {
     let mut classes = arch.remote_model_classes().peekable();
     arch.model_type == "qwen2"
         && classes.peek().is_some()
-        && classes.all(|c| c.rsplit("--").next().is_some_and(|m| m.starts_with("modeling_qwen.Qwen2")))
+        && classes.all(|c| crate::config::code_in_repo(c).starts_with("modeling_qwen.Qwen2"))
 }
 
 /// Aleph runs no Python. A model whose repository ships its own modeling code loads only if Aleph

@@ -345,8 +345,7 @@ fn tokenizer_code_is(dir: &Path, module: &str) -> bool {
     let Ok(config) = read_json::<serde_json::Value>(&dir.join("tokenizer_config.json")) else {
         return false;
     };
-    let named =
-        |v: &serde_json::Value| v.as_str().is_some_and(|c| c.rsplit("--").next().unwrap_or(c).starts_with(module));
+    let named = |v: &serde_json::Value| v.as_str().is_some_and(|c| crate::config::code_in_repo(c).starts_with(module));
     match config.get("auto_map").and_then(|m| m.get("AutoTokenizer")) {
         Some(serde_json::Value::Array(classes)) => classes.iter().any(named),
         Some(class) => named(class),

@@ -127,11 +127,12 @@ fn rope_variants_are_refused_on_the_decoders() {
 }
 
 /// Gemma 3 variants EmbeddingGemma does not use: soft-capped attention logits, a scaled global rotary
-/// embedding (Gemma 3 4B's `linear`), a layer type other than full and sliding.
+/// embedding (Gemma 3 4B's `linear`), a layer type other than full and sliding, transformers 5.5's generic
+/// `is_causal: false` (whose masks are not `use_bidirectional_attention`'s).
 #[test]
 fn gemma3_variants_are_refused_on_every_backend() {
     type Edit = fn(&mut Value);
-    let edits: [(&str, Edit, &str); 3] = [
+    let edits: [(&str, Edit, &str); 4] = [
         ("softcap", |c| c["attn_logit_softcapping"] = serde_json::json!(50.0), "attn_logit_softcapping"),
         (
             "rope-linear",
@@ -139,6 +140,7 @@ fn gemma3_variants_are_refused_on_every_backend() {
             "linear",
         ),
         ("chunked", |c| c["layer_types"][1] = serde_json::json!("chunked_attention"), "layer_types[1]"),
+        ("is-causal", |c| c["is_causal"] = serde_json::json!(false), "is_causal"),
     ];
     for (name, edit, what) in edits {
         let dir = variant("gemma3-embed", name, edit);
@@ -205,4 +207,18 @@ fn nomic_expert_variants_aleph_does_not_run_are_refused() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// gte-Qwen2's code reads `is_causal`, which transformers' Qwen2Config does not define: trusting that code
+/// without the field, which way the model attends is unknown, so it is refused on every backend.
+#[test]
+fn gte_qwen2_code_without_is_causal_is_refused_on_every_backend() {
+    let dir = variant("gte-qwen2-embed", "gte-qwen2-no-is-causal", |c| {
+        c.as_object_mut().unwrap().remove("is_causal");
+    });
+    for (backend, name) in backends() {
+        let e = load_error(&dir, &LoadOptions { backend, trust_remote_code: true, ..Default::default() });
+        assert!(e.contains("is_causal") && e.contains("modeling_qwen"), "{name}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
