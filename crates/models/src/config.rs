@@ -24,6 +24,9 @@ pub struct ArchConfig {
     pub auto_map: BTreeMap<String, serde_json::Value>,
     /// A decoder's `is_causal` (`false`: gte-Qwen2-instruct attends both ways).
     pub is_causal: Option<bool>,
+    /// The precision the weights were saved in: `torch_dtype` (transformers 4), `dtype` (transformers 5).
+    torch_dtype: Option<serde_json::Value>,
+    dtype: Option<serde_json::Value>,
 }
 
 /// What a served model does, decided from its config as Infinity decides it.
@@ -62,6 +65,11 @@ pub fn code_in_repo(class: &str) -> &str {
 impl ArchConfig {
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
         read_json(&dir.join("config.json"))
+    }
+
+    /// The precision config.json says the weights were saved in (`"bfloat16"`, `"float32"`, ...), if it says.
+    pub fn stored_dtype(&self) -> Option<&str> {
+        [&self.dtype, &self.torch_dtype].into_iter().flatten().find_map(|v| v.as_str())
     }
 
     /// The model class the repository's own code provides, if its `auto_map` names one (configs and

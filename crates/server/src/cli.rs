@@ -142,13 +142,15 @@ pub struct ServeArgs {
     pub device: Vec<String>,
 
     /// Replicas behind the model's one queue, as Infinity's data-parallel mode: a comma-separated list of
-    /// GPU ordinals (`0,1`: one replica on each); on the CPU, one replica per entry.
+    /// GPU ordinals (`0,1`: one replica on each; `0,0`: two on GPU 0, each with its own stream, which keeps
+    /// the GPU busy while the other's batch is on the host); on the CPU, one replica per entry.
     #[arg(long, env = "ALEPH_DEVICE_ID", value_delimiter = ';', help_heading = "Models")]
     pub device_id: Vec<String>,
 
-    /// Compute precision: auto, float32, int8 (CPU), bfloat16 (CPU: weights kept in bf16, multiplied with
-    /// AVX512-BF16 where the CPU has it and widened to f32 on the fly elsewhere), float16 (where the device
-    /// runs it; a clear error otherwise).
+    /// Compute precision: auto (float16 on a GPU, bfloat16 there for bf16 checkpoints and Gemma 3; float32 on
+    /// the CPU), float32, int8 (Aleph's CPU kernels), bfloat16 (weights and activations in bf16; on Aleph's CPU
+    /// kernels multiplied with AVX512-BF16 or AMX where the CPU has it, widened to f32 on the fly elsewhere),
+    /// float16 (candle: a GPU, or --engine candle on the CPU). Norms and softmax accumulate in f32.
     #[arg(long, env = "ALEPH_DTYPE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub dtype: Vec<String>,
 
@@ -654,20 +656,14 @@ impl ServeArgs {
     }
 }
 
-/// `0,1,3` → the ordinals; an empty list means one replica.
+/// `0,1,3` → the ordinals, one replica each; an ordinal listed twice (`0,0`) is two replicas on that GPU, each
+/// with its own stream. An empty list means one replica.
 fn parse_device_ids(list: &str) -> Result<Vec<usize>, String> {
-    let ids: Vec<usize> = list
-        .split(',')
+    list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>().map_err(|_| format!("`{s}` is not a device ordinal (expected e.g. 0,1)")))
-        .collect::<Result<_, _>>()?;
-    for (i, id) in ids.iter().enumerate() {
-        if ids[..i].contains(id) {
-            return Err(format!("device {id} is listed twice"));
-        }
-    }
-    Ok(ids)
+        .collect()
 }
 
 /// Which backend computes a model.
@@ -887,6 +883,9 @@ mod tests {
         assert_eq!(spec.dtype, DType::Int8);
         assert_eq!(spec.engine, Engine::Auto);
         assert!(a.no_effect_flags().contains(&"--engine ctranslate2".to_string()));
+        // An ordinal twice is two replicas on that GPU.
+        let twice = parse(&["aleph", "--model-id", "a", "--device-id", "0,0,1"]);
+        assert_eq!(twice.model_specs().unwrap()[0].device_ids, vec![0, 0, 1]);
         let a = parse(&["aleph", "--compile", "--no-bettertransformer", "--lengths-via-tokenize"]);
         assert_eq!(a.no_effect_flags(), vec!["--compile", "--bettertransformer", "--lengths-via-tokenize"]);
         assert!(parse(&["aleph"]).no_effect_flags().is_empty());
@@ -904,7 +903,7 @@ mod tests {
             &["aleph", "--pooling-method", "sum"],
             &["aleph", "--device", "mps"],
             &["aleph", "--engine", "neuron"],
-            &["aleph", "--device-id", "0,0"],
+            &["aleph", "--device-id", "0,x"],
             &["aleph", "--vector-disk-cache", "perhaps"],
             &["aleph", "--model-task", "summarize"],
         ] {

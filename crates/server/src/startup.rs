@@ -336,10 +336,7 @@ fn load_model(
         default_prompt_name: spec.default_prompt_name.clone(),
         truncate_dim: spec.truncate_dim,
         compute_weight: spec.compute_weight,
-        dtype: match spec.dtype {
-            aleph_models::DType::Int8 => "int8",
-            _ => "float32",
-        },
+        dtype: loaded.info.dtype.name(),
     };
     ModelHandle::start(spec.served_name.clone(), loaded, more_replicas, config, pool, scheduler).with_context(ctx)
 }

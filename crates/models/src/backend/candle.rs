@@ -1,6 +1,10 @@
 //! candle's tensors as a backend, on whichever device candle runs (CUDA, Metal, CPU). Activations stay
 //! packed like the CPU backend's; only attention pads, gathering each sequence into a `[batch, len]`
 //! rectangle with a key mask, and gathers the real rows back.
+//!
+//! Weights, tables and activations are kept at the backend's width (f32, f16 or bf16) and multiplied at it;
+//! what transformers accumulates in f32 under half precision is computed in f32 here too: norms (their gains
+//! stay f32, as `Param`s), the attention scores' masks, biases and softmax, and everything handed to the host.
 
 use std::borrow::Cow;
 
@@ -12,6 +16,8 @@ use crate::loader::Compute;
 
 pub struct Candle {
     device: Device,
+    /// The width of weights and activations: F32, F16 or BF16.
+    dtype: DType,
 }
 
 impl Candle {
@@ -31,12 +37,13 @@ impl Candle {
         // index[i][j] = row(i, j): for c2p, gathered along the table axis of row i's products.
         let index: Vec<u32> = (0..l * l).map(|e| d.rows[e / l + d.span - 1 - e % l]).collect();
         let index = Tensor::from_vec(index, (1, 1, l, l), &self.device)?;
+        // In f32, as the scores they are added to (the tables are f32 parameters).
         let products = |content: &Tensor, table: &Tensor| -> candle_core::Result<Tensor> {
             let rows = table.dim(0)?;
             let t = table.reshape((rows, heads, hd))?.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
-            content.contiguous()?.broadcast_matmul(&t.t()?)
+            content.to_dtype(DType::F32)?.contiguous()?.broadcast_matmul(&t.t()?)
         };
-        let mut sum = Tensor::zeros((b, heads, l, l), q.dtype(), &self.device)?;
+        let mut sum = Tensor::zeros((b, heads, l, l), DType::F32, &self.device)?;
         if let Some(pk) = d.pos_key {
             let idx = index.broadcast_as((b, heads, l, l))?.contiguous()?;
             sum = (sum + products(q, pk)?.contiguous()?.gather(&idx, 3)?)?;
@@ -49,12 +56,46 @@ impl Candle {
         Ok(sum)
     }
 
+    /// f32 weights and activations on `device`.
     pub fn new(device: Device) -> Self {
-        Candle { device }
+        Candle { device, dtype: DType::F32 }
+    }
+
+    /// Weights and activations of `dtype` (F32, F16 or BF16) on `device`.
+    pub fn with_dtype(device: Device, dtype: DType) -> Result<Self, ModelError> {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => Ok(Candle { device, dtype }),
+            other => Err(ModelError::InvalidOption(format!("candle computes f32, f16 or bf16, not {other:?}"))),
+        }
     }
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// candle's CPU matmul has no bf16 kernel (its GEMM crate covers f16, f32 and f64): there a bf16 product
+    /// is computed from operands widened to f32 and rounded back, which is what a GPU's bf16 GEMM does (f32
+    /// accumulation, a bf16 result).
+    fn widens_products(&self) -> bool {
+        self.dtype == DType::BF16 && self.device.is_cpu()
+    }
+
+    /// `a · b` (candle's broadcasting matmul) at the backend's width.
+    fn mm(&self, a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+        if self.widens_products() {
+            let wide = |t: &Tensor| t.to_dtype(DType::F32);
+            return wide(a)?.broadcast_matmul(&wide(b)?)?.to_dtype(self.dtype);
+        }
+        a.broadcast_matmul(b)
+    }
+
+    /// `x` as the backend's width.
+    fn narrow_to_width(&self, x: Tensor) -> candle_core::Result<Tensor> {
+        x.to_dtype(self.dtype)
     }
 }
 
@@ -120,16 +161,25 @@ impl Activation {
     }
 }
 
-/// Layer norm through candle's fused op; RMS norm in f32 as transformers computes it.
+/// Layer norm through candle's fused op, RMS norm as transformers computes it; both in f32 (the gains are
+/// f32) and returned at `x`'s width.
 fn candle_norm(x: &Tensor, n: &Norm<Tensor>) -> candle_core::Result<Tensor> {
-    match (n.kind, &n.bias) {
-        (NormKind::Layer, Some(b)) => candle_nn::ops::layer_norm(x, &n.weight, b, n.eps),
-        (NormKind::Layer, None) => candle_nn::ops::layer_norm(x, &n.weight, &n.weight.zeros_like()?, n.eps),
+    let wide = x.to_dtype(DType::F32)?;
+    let y = match (n.kind, &n.bias) {
+        (NormKind::Layer, Some(b)) => candle_nn::ops::layer_norm(&wide, &n.weight, b, n.eps),
+        (NormKind::Layer, None) => candle_nn::ops::layer_norm(&wide, &n.weight, &n.weight.zeros_like()?, n.eps),
         (NormKind::Rms, _) => {
-            let rms = (x.sqr()?.mean_keepdim(1)? + n.eps as f64)?.sqrt()?;
-            x.broadcast_div(&rms)?.broadcast_mul(&n.weight)
+            let rms = (wide.sqr()?.mean_keepdim(1)? + n.eps as f64)?.sqrt()?;
+            wide.broadcast_div(&rms)?.broadcast_mul(&n.weight)
         }
-    }
+    }?;
+    y.to_dtype(x.dtype())
+}
+
+/// `softmax(scores)` over the last axis in f32 (scores already f32, masks and biases added), returned at
+/// `dtype` for the product with the values.
+fn softmax_to(scores: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
+    candle_nn::ops::softmax_last_dim(scores)?.to_dtype(dtype)
 }
 
 fn forward_err(e: candle_core::Error) -> ModelError {
@@ -148,33 +198,35 @@ impl Ops for Candle {
     }
 
     fn linear(&self, w: Tensor, b: Option<Tensor>, _name: &str) -> Result<Linear, ModelError> {
-        let weight_t = w.to_device(&self.device).and_then(|w| w.t()?.contiguous()).map_err(weights)?;
-        let bias = b.map(|b| b.to_device(&self.device)).transpose().map_err(weights)?;
+        let at_width = |t: Tensor| t.to_device(&self.device).and_then(|t| self.narrow_to_width(t));
+        let weight_t = at_width(w).and_then(|w| w.t()?.contiguous()).map_err(weights)?;
+        let bias = b.map(at_width).transpose().map_err(weights)?;
         Ok(Linear { weight_t, bias })
     }
 
+    /// Kept in f32 at every width: norm gains and score biases are read in f32 arithmetic.
     fn param(&self, t: Tensor) -> Result<Tensor, ModelError> {
-        t.to_device(&self.device).map_err(weights)
+        t.to_device(&self.device).and_then(|t| t.to_dtype(DType::F32)).map_err(weights)
     }
 
     fn table(&self, t: Tensor) -> Result<Tensor, ModelError> {
-        self.param(t)
+        t.to_device(&self.device).and_then(|t| self.narrow_to_width(t)).map_err(weights)
     }
 
     fn linear_bytes(&self, l: &Linear) -> usize {
-        4 * (l.weight_t.elem_count() + l.bias.as_ref().map_or(0, Tensor::elem_count))
+        self.dtype.size_in_bytes() * (l.weight_t.elem_count() + l.bias.as_ref().map_or(0, Tensor::elem_count))
     }
 
     fn param_bytes(&self, p: &Tensor) -> usize {
-        4 * p.elem_count()
+        p.dtype().size_in_bytes() * p.elem_count()
     }
 
     fn table_bytes(&self, t: &Tensor) -> usize {
-        self.param_bytes(t)
+        t.dtype().size_in_bytes() * t.elem_count()
     }
 
     fn empty(&self) -> Result<Tensor, ModelError> {
-        Tensor::zeros((0, 0), DType::F32, &self.device).map_err(forward_err)
+        Tensor::zeros((0, 0), self.dtype, &self.device).map_err(forward_err)
     }
 
     fn dims(&self, x: &Tensor) -> (usize, usize) {
@@ -182,15 +234,15 @@ impl Ops for Candle {
     }
 
     fn upload(&self, rows: usize, cols: usize, data: Vec<f32>) -> Result<Tensor, ModelError> {
-        Tensor::from_vec(data, (rows, cols), &self.device).map_err(forward_err)
+        Tensor::from_vec(data, (rows, cols), &self.device).and_then(|t| self.narrow_to_width(t)).map_err(forward_err)
     }
 
     fn host<'a>(&self, x: &'a Tensor) -> Result<Cow<'a, [f32]>, ModelError> {
-        Ok(Cow::Owned(x.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(forward_err)?))
+        Ok(Cow::Owned(self.download(x.clone())?))
     }
 
     fn download(&self, x: Tensor) -> Result<Vec<f32>, ModelError> {
-        x.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(forward_err)
+        x.flatten_all().and_then(|t| t.to_dtype(DType::F32)?.to_vec1::<f32>()).map_err(forward_err)
     }
 
     fn seqs(&self, cu_seqlens: &[usize]) -> Result<Seqs, ModelError> {
@@ -237,14 +289,14 @@ impl Ops for Candle {
         }
         *out = match sum {
             Some(s) => s,
-            None => Tensor::zeros((0, width), DType::F32, &self.device).map_err(forward_err)?,
+            None => Tensor::zeros((0, width), self.dtype, &self.device).map_err(forward_err)?,
         };
         Ok(())
     }
 
     fn linear_fwd(&self, x: &Tensor, l: &Linear, post: Post<'_, Tensor>, out: &mut Tensor) -> Result<(), ModelError> {
         let run = || -> candle_core::Result<Tensor> {
-            let mut y = x.matmul(&l.weight_t)?;
+            let mut y = self.mm(x, &l.weight_t)?;
             if let Some(b) = &l.bias {
                 y = y.broadcast_add(b)?;
             }
@@ -418,7 +470,8 @@ impl Ops for Candle {
                 k = repeat(k)?;
                 v = repeat(v)?;
             }
-            let mut scores = q.matmul(&k.t()?)?.broadcast_add(&seqs.key_mask)?;
+            // Scores, masks and softmax in f32; the products at the backend's width.
+            let mut scores = self.mm(&q, &k.t()?)?.to_dtype(DType::F32)?.broadcast_add(&seqs.key_mask)?;
             if let Some(d) = &disentangled {
                 // `q` is already scaled; the key side is scaled here, as both terms share the one scale.
                 scores = (scores + self.disentangled(d, &q, &(k.clone() * spec.scale as f64)?, spec, b, l)?)?;
@@ -429,8 +482,8 @@ impl Ops for Candle {
             if spec.causal || spec.window.is_some() {
                 scores = scores.broadcast_add(&seqs.mask(spec, &self.device)?)?;
             }
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            let ctx = probs.matmul(&v.contiguous()?)?.transpose(1, 2)?.reshape((b * l, spec.out_width()))?;
+            let probs = softmax_to(&scores, self.dtype)?;
+            let ctx = self.mm(&probs, &v.contiguous()?)?.transpose(1, 2)?.reshape((b * l, spec.out_width()))?;
             ctx.index_select(&seqs.scatter, 0)
         };
         let dims = qkv.dims2().map_err(forward_err)?;
@@ -470,9 +523,9 @@ impl Ops for Candle {
             };
             let (k, v) = (part(0)?, part(kv_heads)?);
             let q = (q.reshape((b, heads, 1, hd))? * spec.scale as f64)?;
-            let scores = q.matmul(&k.t()?)?.broadcast_add(&seqs.key_mask)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            probs.matmul(&v)?.reshape((b, heads * hd))
+            let scores = self.mm(&q, &k.t()?)?.to_dtype(DType::F32)?.broadcast_add(&seqs.key_mask)?;
+            let probs = softmax_to(&scores, self.dtype)?;
+            self.mm(&probs, &v)?.reshape((b, heads * hd))
         };
         *out = run().map_err(forward_err)?;
         Ok(())
@@ -501,7 +554,8 @@ impl Ops for Candle {
             };
             let q = (split(0)? * spec.scale as f64)?;
             let (k, v) = (split(1)?, split(2)?);
-            let mut scores = q.matmul(&k.t()?)?.broadcast_add(&bias.reshape((1, heads, n, n))?)?;
+            let mut scores =
+                self.mm(&q, &k.t()?)?.to_dtype(DType::F32)?.broadcast_add(&bias.reshape((1, heads, n, n))?)?;
             if let Some(g) = groups {
                 let mask: Vec<f32> = (0..windows * n * n)
                     .map(|e| {
@@ -515,8 +569,8 @@ impl Ops for Candle {
                     .collect();
                 scores = scores.broadcast_add(&Tensor::from_vec(mask, (windows, 1, n, n), &self.device)?)?;
             }
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            probs.matmul(&v)?.transpose(1, 2)?.reshape((rows, heads * hd))
+            let probs = softmax_to(&scores, self.dtype)?;
+            self.mm(&probs, &v)?.transpose(1, 2)?.reshape((rows, heads * hd))
         };
         if groups.is_some_and(|g| g.len() != rows) {
             return Err(ModelError::Forward("one group label per row is needed".into()));

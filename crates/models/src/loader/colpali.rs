@@ -10,7 +10,6 @@ use super::{
     backend_for, file_bytes, page_retriever_info, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions,
     LoadedModel, ModelInfo,
 };
-use crate::backend::candle::Candle;
 use crate::error::{read_json, ModelError};
 use crate::media::image::ImageProcessor;
 use crate::models::colpali::{ColPali, ColPaliConfig};
@@ -65,7 +64,9 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
         Backend::Auto => {
             Box::new(ColPali::load(super::cpu_kernels(opts.dtype), vb, super::mapped(dir)?, &cfg, page_prompt)?)
         }
-        Backend::Candle => Box::new(ColPali::load(Candle::new(device.clone()), vb, None, &cfg, page_prompt)?),
+        Backend::Candle => {
+            Box::new(ColPali::load(super::candle_ops(&device, opts.dtype)?, vb, None, &cfg, page_prompt)?)
+        }
     };
     let backend = model.compute();
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };

@@ -10,7 +10,6 @@ use super::{
     backend_for, file_bytes, page_retriever_info, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions,
     LoadedModel, ModelInfo,
 };
-use crate::backend::candle::Candle;
 use crate::error::{read_json, ModelError};
 use crate::media::image::ImageProcessor;
 use crate::models::colqwen2::{ColQwen2, ColQwen2Config, PagePrompt};
@@ -62,7 +61,7 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(ColQwen2::load(super::cpu_kernels(opts.dtype), vb, super::mapped(dir)?, &cfg, page)?),
-        Backend::Candle => Box::new(ColQwen2::load(Candle::new(device.clone()), vb, None, &cfg, page)?),
+        Backend::Candle => Box::new(ColQwen2::load(super::candle_ops(&device, opts.dtype)?, vb, None, &cfg, page)?),
     };
     let backend = model.compute();
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };

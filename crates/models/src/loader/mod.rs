@@ -94,6 +94,8 @@ pub struct ModelInfo {
     pub prompts: crate::st_config::Prompts,
     /// Reranks through a prompt with an instruction (an LLM reranker): a request may give its own.
     pub takes_instruction: bool,
+    /// The precision it computes at (`--dtype auto` resolved for its device and backend).
+    pub dtype: DType,
 }
 
 impl ModelInfo {
@@ -129,6 +131,7 @@ impl ModelInfo {
             colbert_dim: None,
             prompts: Default::default(),
             takes_instruction: false,
+            dtype: DType::Float32,
         }
     }
 
@@ -209,8 +212,18 @@ impl FromStr for Device {
 }
 
 impl Device {
-    /// The candle device. `auto` is the first GPU when one is usable, else the CPU; a GPU asked for by name that
-    /// cannot be used is an error saying why.
+    /// Whether it computes on a GPU (`auto` where one is usable), known without creating the device.
+    fn on_gpu(self) -> bool {
+        match self {
+            Device::Cpu => false,
+            Device::Auto => gpu_available(),
+            Device::Cuda(_) => true,
+        }
+    }
+
+    /// The candle device, created anew: on a GPU each call has its own stream (and cuBLAS handle), so replicas
+    /// on one GPU (`--device-id 0,0`) run side by side. `auto` is the first GPU when one is usable, else the CPU;
+    /// a GPU asked for by name that cannot be used is an error saying why.
     fn candle(self) -> Result<candle_core::Device, ModelError> {
         match (self, gpu_status()) {
             (Device::Cpu, _) => Ok(candle_core::Device::Cpu),
@@ -225,7 +238,7 @@ impl Device {
             (Device::Cuda(n), &GpuStatus::Ready { devices }) if n >= devices => {
                 Err(ModelError::InvalidOption(format!("cuda:{n} does not exist: the driver sees {devices} GPU(s)")))
             }
-            (Device::Cuda(n), GpuStatus::Ready { .. }) => candle_core::Device::new_cuda(n)
+            (Device::Cuda(n), GpuStatus::Ready { .. }) => candle_core::Device::new_cuda_with_stream(n)
                 .map_err(|e| ModelError::InvalidOption(format!("cuda:{n} is not usable ({e})"))),
         }
     }
@@ -239,7 +252,7 @@ pub enum DType {
     Float32,
     /// Linear layers with int8 weights and per-row dynamically quantized activations (CPU path).
     Int8,
-    /// Half precision, where the device computes it (GPUs).
+    /// Half precision on candle (`--engine candle`, and GPUs).
     Float16,
     BFloat16,
 }
@@ -456,29 +469,71 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
 
 fn load_as_configured(dir: &Path, arch: ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     check_remote_code(&arch, opts.trust_remote_code)?;
-    let on_kernels = backend_for(opts, &opts.device.candle()?) == Backend::Auto;
-    if opts.dtype == DType::Float16 || (opts.dtype == DType::BFloat16 && !on_kernels) {
-        return Err(ModelError::InvalidOption(format!(
-            "--dtype {} is not available on this build's devices: Aleph's CPU kernels compute float32, bfloat16 \
-             or int8, and its candle path float32 (use --dtype auto, float32, bfloat16 or int8)",
-            opts.dtype.name()
-        )));
+    let on_gpu = opts.device.on_gpu();
+    let backend = if on_gpu { Backend::Candle } else { opts.backend };
+    let dtype = compute_dtype(opts.dtype, &arch, on_gpu, backend)?;
+    if backend == Backend::Candle {
+        let place = if on_gpu { "a GPU" } else { "the CPU" };
+        tracing::info!("candle computes in {} on {place}", dtype.name());
     }
+    let mut loaded = load_family(dir, &arch, &LoadOptions { dtype, ..opts.clone() })?;
+    loaded.info.dtype = dtype;
+    Ok(loaded)
+}
+
+/// What `--dtype` computes at with `backend`, `auto` resolved: float16 on a GPU, as TEI and Infinity pick it
+/// (bfloat16 where the checkpoint is stored in bf16, or where the family overflows in fp16), float32 on the
+/// CPU. A precision the backend does not compute is refused, naming why.
+fn compute_dtype(asked: DType, arch: &ArchConfig, on_gpu: bool, backend: Backend) -> Result<DType, ModelError> {
+    let dtype = match asked {
+        DType::Auto if !on_gpu => DType::Float32,
+        DType::Auto if arch.stored_dtype() == Some("bfloat16") || overflows_in_fp16(arch) => DType::BFloat16,
+        DType::Auto => DType::Float16,
+        other => other,
+    };
+    match (backend, dtype) {
+        (Backend::Auto, DType::Float16) => Err(ModelError::InvalidOption(
+            "--dtype float16 runs on candle (--engine candle, or a GPU): Aleph's CPU kernels compute float32, \
+             bfloat16 or int8"
+                .into(),
+        )),
+        (Backend::Candle, DType::Int8) => Err(ModelError::InvalidOption(
+            "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device); candle computes float32, \
+             float16 or bfloat16"
+                .into(),
+        )),
+        (_, DType::Float16) if overflows_in_fp16(arch) => Err(ModelError::InvalidOption(format!(
+            "--dtype float16: `{}` (Gemma 3) activations overflow float16, as its model card says; use bfloat16 \
+             or float32",
+            arch.model_type
+        ))),
+        _ => Ok(dtype),
+    }
+}
+
+/// Families whose activations leave float16's range: EmbeddingGemma's card says they "do not support
+/// float16" (transformers warns the same for Gemma 3).
+fn overflows_in_fp16(arch: &ArchConfig) -> bool {
+    arch.model_type == "gemma3_text"
+}
+
+/// The family's loader, with `opts.dtype` already resolved.
+fn load_family(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     match arch.model_type.as_str() {
-        "clip" => return load_clip(dir, &arch, opts),
-        "clap" => return load_clap(dir, &arch, opts),
-        "colpali" => return colpali::load_colpali(dir, &arch, opts),
-        "colqwen2" => return colqwen2::load_colqwen2(dir, &arch, opts),
-        "siglip" => return siglip::load_siglip(dir, &arch, opts),
-        "modernbert" => return text::load_modernbert(dir, &arch, opts),
-        "deberta-v2" => return text::load_deberta(dir, &arch, opts),
-        "new" | "gte" | "nomic_bert" => return text::load_gte(dir, &arch, opts),
-        "gemma3_text" => return text::load_gemma3(dir, &arch, opts),
-        "qwen3" | "qwen2" | "mistral" | "llama" => return text::load_llama(dir, &arch, opts),
+        "clip" => return load_clip(dir, arch, opts),
+        "clap" => return load_clap(dir, arch, opts),
+        "colpali" => return colpali::load_colpali(dir, arch, opts),
+        "colqwen2" => return colqwen2::load_colqwen2(dir, arch, opts),
+        "siglip" => return siglip::load_siglip(dir, arch, opts),
+        "modernbert" => return text::load_modernbert(dir, arch, opts),
+        "deberta-v2" => return text::load_deberta(dir, arch, opts),
+        "new" | "gte" | "nomic_bert" => return text::load_gte(dir, arch, opts),
+        "gemma3_text" => return text::load_gemma3(dir, arch, opts),
+        "qwen3" | "qwen2" | "mistral" | "llama" => return text::load_llama(dir, arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
-        Some(flavor) => text::load_bert_family(dir, &arch, flavor, opts),
+        Some(flavor) => text::load_bert_family(dir, arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
             "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, deberta-v2, modernbert, new (GTE), gte, nomic_bert, qwen3, gemma3_text, qwen2, mistral, llama, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
@@ -612,7 +667,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Clip::load(cpu_kernels(opts.dtype), vb, mapped(dir)?, &cfg)?),
-        Backend::Candle => Box::new(Clip::load(Candle::new(device.clone()), vb, None, &cfg)?),
+        Backend::Candle => Box::new(Clip::load(candle_ops(&device, opts.dtype)?, vb, None, &cfg)?),
     };
     let backend = model.compute();
     let vision = &cfg.vision_config;
@@ -649,7 +704,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Clap::load(cpu_kernels(opts.dtype), vb, mapped(dir)?, &cfg)?),
-        Backend::Candle => Box::new(Clap::load(Candle::new(device.clone()), vb, None, &cfg)?),
+        Backend::Candle => Box::new(Clap::load(candle_ops(&device, opts.dtype)?, vb, None, &cfg)?),
     };
     let backend = model.compute();
     let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
@@ -707,6 +762,17 @@ fn cpu_kernels(dtype: DType) -> Cpu {
     }
 }
 
+/// candle at the resolved `dtype` on `device` (see [`compute_dtype`]).
+fn candle_ops(device: &candle_core::Device, dtype: DType) -> Result<Candle, ModelError> {
+    let width = match dtype {
+        DType::Auto | DType::Float32 => candle_core::DType::F32,
+        DType::Float16 => candle_core::DType::F16,
+        DType::BFloat16 => candle_core::DType::BF16,
+        DType::Int8 => return Err(ModelError::InvalidOption("--dtype int8 runs on Aleph's CPU kernels".into())),
+    };
+    Candle::with_dtype(device.clone(), width)
+}
+
 fn backend_for(opts: &LoadOptions, device: &candle_core::Device) -> Backend {
     if device.is_cpu() {
         opts.backend
@@ -723,4 +789,40 @@ fn mapped(dir: &Path) -> Result<Option<Arc<MappedTensors>>, ModelError> {
 
 fn var_builder(dir: &Path, device: &candle_core::Device) -> Result<VarBuilder<'static>, ModelError> {
     Checkpoint::find(dir)?.var_builder(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arch(json: &str) -> ArchConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn auto_is_float16_on_a_gpu_bfloat16_for_bf16_checkpoints_and_gemma3_and_float32_on_the_cpu() {
+        let bert = arch(r#"{"model_type": "bert", "torch_dtype": "float32"}"#);
+        let bf16 = arch(r#"{"model_type": "qwen3", "dtype": "bfloat16"}"#);
+        let gemma = arch(r#"{"model_type": "gemma3_text"}"#);
+        let auto = |a: &ArchConfig, gpu: bool| compute_dtype(DType::Auto, a, gpu, Backend::Candle).unwrap();
+        assert_eq!(auto(&bert, true), DType::Float16);
+        assert_eq!(auto(&bf16, true), DType::BFloat16);
+        assert_eq!(auto(&gemma, true), DType::BFloat16);
+        assert_eq!(auto(&bert, false), DType::Float32);
+        assert_eq!(compute_dtype(DType::Auto, &bf16, false, Backend::Auto).unwrap(), DType::Float32);
+    }
+
+    #[test]
+    fn a_precision_the_backend_cannot_compute_is_refused_naming_why() {
+        let bert = arch(r#"{"model_type": "bert"}"#);
+        let gemma = arch(r#"{"model_type": "gemma3_text"}"#);
+        let err = |a: &ArchConfig, d: DType, b: Backend| compute_dtype(d, a, false, b).unwrap_err().to_string();
+        assert!(err(&bert, DType::Float16, Backend::Auto).contains("--engine candle"));
+        assert!(err(&bert, DType::Int8, Backend::Candle).contains("CPU kernels"));
+        assert!(err(&gemma, DType::Float16, Backend::Candle).contains("overflow"));
+        for d in [DType::Float32, DType::Float16, DType::BFloat16] {
+            assert_eq!(compute_dtype(d, &bert, true, Backend::Candle).unwrap(), d);
+        }
+        assert_eq!(compute_dtype(DType::BFloat16, &gemma, false, Backend::Auto).unwrap(), DType::BFloat16);
+    }
 }

@@ -8,7 +8,6 @@ use super::{
     backend_for, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel, ModelInfo,
     Task,
 };
-use crate::backend::candle::Candle;
 use crate::error::{read_json, ModelError};
 use crate::media::image::ImageProcessor;
 use crate::models::siglip::{Siglip, SiglipConfig};
@@ -39,7 +38,7 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Siglip::load(super::cpu_kernels(opts.dtype), vb, super::mapped(dir)?, &cfg, pad)?),
-        Backend::Candle => Box::new(Siglip::load(Candle::new(device.clone()), vb, None, &cfg, pad)?),
+        Backend::Candle => Box::new(Siglip::load(super::candle_ops(&device, opts.dtype)?, vb, None, &cfg, pad)?),
     };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
     let side = cfg.vision_config.image_size;

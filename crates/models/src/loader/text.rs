@@ -12,7 +12,6 @@ use super::{
     backend_for, calibrate, file_bytes, var_builder, ArchConfig, Backend, Compute, DType, LoadOptions, LoadedModel,
     Model, ModelInfo, RerankTemplate, Task,
 };
-use crate::backend::candle::Candle;
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
 use crate::backend::Ops;
@@ -77,11 +76,6 @@ impl Setup {
             Backend::Auto => checkpoint.mapped()?,
             Backend::Candle => None,
         };
-        if backend == Backend::Candle && opts.dtype == DType::Int8 {
-            return Err(ModelError::InvalidOption(
-                "--dtype int8 runs on Aleph's CPU kernels (--engine auto on a CPU device)".into(),
-            ));
-        }
         let architecture = arch.architectures.first().cloned().unwrap_or_else(|| arch.model_type.clone());
         let info = ModelInfo {
             // The head sees every token's state: it can skip normalization or return the states themselves.
@@ -189,7 +183,14 @@ pub(super) fn load_bert_family(
                 (Arc::new(m), Compute::AlephCpu, bytes)
             }
             Backend::Candle => (
-                Arc::new(SpladeModel::load(Candle::new(setup.device.clone()), vb, None, &cfg, flavor, pooling)?),
+                Arc::new(SpladeModel::load(
+                    super::candle_ops(&setup.device, setup.dtype)?,
+                    vb,
+                    None,
+                    &cfg,
+                    flavor,
+                    pooling,
+                )?),
                 Compute::Candle,
                 0,
             ),
@@ -538,7 +539,7 @@ fn encoder_of(
             (Box::new(OnBackend::load(ops, vb, setup.mapped.clone(), |w| family.load(w))?), Compute::AlephCpu)
         }
         Backend::Candle => {
-            let ops = Candle::new(setup.device.clone());
+            let ops = super::candle_ops(&setup.device, setup.dtype)?;
             (Box::new(OnBackend::load(ops, vb, None, |w| family.load(w))?), Compute::Candle)
         }
     })

@@ -15,7 +15,7 @@ const FRAMES: usize = 2;
 
 /// transformers' flattened patches (2×2-block order, `[channel][frame][row][col]` each) back to a
 /// `[3, height, width]` image.
-fn unpatchify(patches: &[f32], gh: usize, gw: usize) -> Pixels {
+pub(crate) fn unpatchify(patches: &[f32], gh: usize, gw: usize) -> Pixels {
     let (h, w) = (gh * PATCH, gw * PATCH);
     let mut data = vec![0f32; 3 * h * w];
     let k = 3 * FRAMES * PATCH * PATCH;

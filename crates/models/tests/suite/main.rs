@@ -12,6 +12,7 @@ mod deberta_reference;
 mod distilbert_reference;
 mod gemma3_reference;
 mod gte_reference;
+mod half_precision;
 mod jina_reference;
 mod llama_reference;
 mod mapped_tables;

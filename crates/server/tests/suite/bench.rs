@@ -201,7 +201,7 @@ fn a_dtype_the_model_cannot_run_gets_a_row_saying_why() {
     let variants = rows(&report, "variants");
     assert_eq!(variants.len(), 2);
     let note = variants[0]["note"].as_str().expect("float16 on the CPU is refused with a note");
-    assert!(note.contains("--dtype float16 is not available"), "{note}");
+    assert!(note.contains("--dtype float16 runs on candle"), "{note}");
     assert!(variants[1]["note"].is_null());
     // Only the dtype that loaded was measured.
     let in_process = rows(&report, "in_process");

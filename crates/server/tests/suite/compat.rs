@@ -141,7 +141,7 @@ fn unsupported_values_are_refused_before_loading_with_the_reason() {
     let model = minilm();
     for (args, needle) in [
         (vec!["--dtype", "float16"], "float16"),
-        (vec!["--dtype", "bfloat16", "--engine", "candle"], "bfloat16"),
+        (vec!["--dtype", "int8", "--engine", "candle"], "int8"),
         (vec!["--dtype", "fp8"], "fp8"),
         (vec!["--engine", "neuron"], "neuron"),
         (vec!["--device", "mps"], "mps"),

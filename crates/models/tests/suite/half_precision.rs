@@ -1,0 +1,201 @@
+//! Half precision on candle (`--engine candle --dtype float16 | bfloat16`, what a GPU runs by default) on
+//! candle's CPU device, for every tiny fixture: the outputs the reference tests hold to 1e-4 in f32, here
+//! within 2e-2 (bf16: 5e-2) of the same references from transformers (weights and activations at half width,
+//! norms and softmax in f32). What a family cannot run in float16 is refused at load, naming why.
+
+use aleph_models::{load, Backend, Batch, DType, LoadOptions, LoadedModel, ModelTask, Pixels, PoolingChoice};
+use serde_json::Value;
+
+use crate::colqwen2_reference::unpatchify;
+use crate::common::{fixtures, floats, max_diff, reference, rows, text_batch};
+
+/// How far a half-precision output may be from transformers' f32 one, relative to the output's scale (its
+/// largest magnitude, at least 1: SPLADE weights and logits exceed 1). float16 keeps 11 significant bits; bf16
+/// keeps 8, so it rounds 8x coarser (its worst fixture here is at 0.027, float16's at 0.0034).
+fn tolerance(dtype: DType) -> f32 {
+    if dtype == DType::BFloat16 {
+        5e-2
+    } else {
+        2e-2
+    }
+}
+
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect()
+}
+
+/// A number, a vector, or a list of per-token vectors flattened row-major (ColBERT, ColPali).
+fn flat(v: &Value) -> Vec<f32> {
+    match v {
+        Value::Number(n) => vec![n.as_f64().unwrap() as f32],
+        Value::Array(a) if a.first().is_some_and(Value::is_array) => rows(v),
+        _ => floats(v),
+    }
+}
+
+/// A sparse reference (`{indices, values}`) as a vocabulary-wide vector.
+fn dense(sparse: &Value, vocab: usize) -> Vec<f32> {
+    let mut v = vec![0.0; vocab];
+    for (i, x) in sparse["indices"].as_array().unwrap().iter().zip(sparse["values"].as_array().unwrap()) {
+        v[i.as_u64().unwrap() as usize] = x.as_f64().unwrap() as f32;
+    }
+    v
+}
+
+/// What the fixture's reference holds, as (what, ours, transformers') pairs computed by `loaded`.
+fn outputs(name: &str, loaded: &LoadedModel, r: &Value) -> Vec<(String, Vec<f32>, Vec<f32>)> {
+    let model = &loaded.model;
+    let mut pairs = Vec::new();
+    let mut push = |what: String, got: &[f32], want: Vec<f32>| pairs.push((what, got.to_vec(), want));
+    // Cross-encoders' logits, or an LLM reranker's logit differences (ColBERT's documents are texts).
+    let scores = r.get("logits").or(r.get("logit_differences"));
+    if let (Some(query), Some(docs), Some(want)) = (r["query"].as_str(), r.get("documents").map(strings), scores) {
+        let mut batch = Batch::new();
+        for d in &docs {
+            let e = loaded.tokenizer.encode_pair(query, d).unwrap();
+            batch.push(&e.ids, &e.type_ids);
+        }
+        for (i, got) in model.forward(&batch).unwrap().vectors.iter().enumerate() {
+            push(format!("document {i}"), got, flat(&want[i]));
+        }
+    }
+    if let Some(texts) = r["texts"].as_array().filter(|t| t.first().is_some_and(Value::is_string)) {
+        let texts: Vec<&str> = texts.iter().map(|t| t.as_str().unwrap()).collect();
+        let out = model.forward(&text_batch(loaded, &texts)).unwrap().vectors;
+        for (i, got) in out.iter().enumerate() {
+            let want = if let Some(v) = r.get("vectors") {
+                flat(&v[i])
+            } else if let Some(l) = r.get("logits") {
+                floats(&l[i])
+            } else {
+                dense(&r["sparse"][i], r["vocab"].as_u64().unwrap() as usize)
+            };
+            push(format!("text {i}"), got, want);
+        }
+    }
+    // The media models' texts and queries: `{text, embedding(s)}`, one batch.
+    for key in ["texts", "queries"] {
+        let Some(items) = r[key].as_array().filter(|t| t.first().is_some_and(Value::is_object)) else { continue };
+        let texts: Vec<&str> = items.iter().map(|t| t["text"].as_str().unwrap()).collect();
+        let out = model.forward(&text_batch(loaded, &texts)).unwrap().vectors;
+        for (t, got) in items.iter().zip(&out) {
+            let want = match t.get("embedding") {
+                // CLIP's and SigLIP's references are the towers' projections, before the normalization.
+                Some(e) if name == "clip" || name == "siglip" => normalized(floats(e)),
+                Some(e) => floats(e),
+                None => rows(&t["embeddings"]),
+            };
+            push(format!("{key} {:?}", t["text"]), got, want);
+        }
+    }
+    for img in r["images"].as_array().into_iter().flatten() {
+        let pixels = match img.get("grid_thw") {
+            Some(grid) => {
+                let g: Vec<usize> = grid.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+                unpatchify(&floats(&img["pixel_values"]), g[1], g[2])
+            }
+            None => {
+                let (side, _) = loaded.images.as_ref().unwrap().output_size();
+                Pixels { height: side, width: side, data: floats(&img["pixel_values"]) }
+            }
+        };
+        let want = match img.get("embedding") {
+            Some(e) => normalized(floats(e)),
+            None => rows(&img["embeddings"]),
+        };
+        let got = model.forward_images(std::slice::from_ref(&pixels)).unwrap().vectors.remove(0);
+        push(format!("image {}", img["file"]), &got, want);
+    }
+    for clip in r["clips"].as_array().into_iter().flatten() {
+        let bytes = std::fs::read(fixtures().join("media").join(clip["file"].as_str().unwrap())).unwrap();
+        let features = loaded.audio.as_ref().unwrap().process(&bytes).unwrap();
+        let got = model.forward_audio(std::slice::from_ref(&features)).unwrap().vectors.remove(0);
+        push(format!("clip {}", clip["file"]), &got, floats(&clip["embedding"]));
+    }
+    pairs
+}
+
+fn options(r: &Value, dtype: DType) -> LoadOptions {
+    LoadOptions {
+        backend: Backend::Candle,
+        dtype,
+        // As the server loads by default: trusting the code of the families Aleph implements.
+        trust_remote_code: true,
+        // A plain masked-LM folder serves sparse vectors when asked (`--pooling-method splade`).
+        pooling: if r.get("sparse").is_some() { PoolingChoice::Splade } else { PoolingChoice::Auto },
+        // Qwen3-Reranker is a causal LM: a reranker when asked.
+        task: if r.get("logit_differences").is_some() { ModelTask::Rerank } else { ModelTask::Auto },
+        ..Default::default()
+    }
+}
+
+fn fixture_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| fixtures().join(n).join("reference.json").exists())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 40, "{names:?}");
+    names
+}
+
+fn check_every_fixture(dtype: DType) {
+    for name in fixture_names() {
+        let r = reference(&name);
+        let opts = options(&r, dtype);
+        if dtype == DType::Float16 && name.starts_with("gemma3") {
+            let err = load(&fixtures().join(&name), &opts).err().expect("Gemma 3 in float16 is refused").to_string();
+            assert!(err.contains("float16") && err.contains("bfloat16"), "{name}: {err}");
+            continue;
+        }
+        let loaded = load(&fixtures().join(&name), &opts).unwrap_or_else(|e| panic!("{name} at {dtype:?}: {e}"));
+        assert_eq!((loaded.info.backend.name(), loaded.info.dtype), ("candle", dtype), "{name}");
+        let pairs = outputs(&name, &loaded, &r);
+        assert!(!pairs.is_empty(), "{name}: nothing compared");
+        let mut worst = 0f32;
+        for (what, got, want) in pairs {
+            assert!(got.iter().all(|x| x.is_finite()), "{name} at {dtype:?}, {what}: not finite");
+            let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+            let d = max_diff(&got, &want) / scale;
+            worst = worst.max(d);
+            assert!(
+                d < tolerance(dtype),
+                "{name} at {dtype:?}, {what}: differs from transformers' f32 by {d} of {scale}"
+            );
+        }
+        eprintln!("{name} at {dtype:?}: worst difference {worst:.5}");
+    }
+}
+
+#[test]
+fn every_fixture_matches_its_reference_in_float16_on_candle() {
+    check_every_fixture(DType::Float16);
+}
+
+#[test]
+fn every_fixture_matches_its_reference_in_bfloat16_on_candle() {
+    check_every_fixture(DType::BFloat16);
+}
+
+/// `--dtype float16` is candle's: Aleph's CPU kernels refuse it, naming where it runs, and candle refuses int8.
+#[test]
+fn a_precision_the_backend_does_not_compute_is_refused_at_load() {
+    let dir = fixtures().join("bert-rerank");
+    let err = load(&dir, &LoadOptions { dtype: DType::Float16, ..Default::default() }).err().unwrap().to_string();
+    assert!(err.contains("--engine candle"), "{err}");
+    let opts = LoadOptions { dtype: DType::Int8, backend: Backend::Candle, ..Default::default() };
+    let err = load(&dir, &opts).err().unwrap().to_string();
+    assert!(err.contains("int8") && err.contains("CPU kernels"), "{err}");
+    // `auto` on the CPU is float32 on either backend.
+    for backend in [Backend::Auto, Backend::Candle] {
+        let loaded = load(&dir, &LoadOptions { backend, ..Default::default() }).unwrap();
+        assert_eq!(loaded.info.dtype, DType::Float32);
+    }
+}
