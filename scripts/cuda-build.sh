@@ -2,7 +2,7 @@
 # Build Aleph with candle's CUDA backend (cargo feature `cuda`) from PyPI's CUDA 13.0 toolkit: no system CUDA, no
 # GPU and no driver needed to build.
 #
-#   scripts/cuda-build.sh [--cap 90|89|80] [--release] [--clippy] [--smoke]
+#   scripts/cuda-build.sh [--cap 90|89|80] [--release] [--clippy] [--smoke] [--suite]
 #
 #   --cap N     the compute capability candle's kernels are compiled for: 90 (H100/H200, the default),
 #               89 (L4/L40S) or 80 (A100); also CUDA_COMPUTE_CAP
@@ -10,6 +10,8 @@
 #   --clippy    lint the workspace with the feature on (`-D warnings`) instead of building
 #   --smoke     after building, check the binary needs no CUDA library to start, start it here (where there is no
 #               driver) and require that it serves embeddings on the CPU and logs why
+#   --suite     also the models test suite with the feature on, copied to target/cuda/<profile>/models-suite (the
+#               GPU check runs its candle_precision tests on the GPU: scripts/gpu-check.sh)
 #
 # The driver and CUDA's libraries (cuBLAS, cuBLASLt, cuRAND, NVRTC) are opened at run time, not linked: a `cuda`
 # binary starts on a machine without them and serves on the CPU. Two registry crates need a small change for that,
@@ -28,12 +30,14 @@ cap=${CUDA_COMPUTE_CAP:-90}
 profile=dev
 mode=build
 smoke=0
+suite=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cap) cap=$2; shift 2 ;;
     --release) profile=release; shift ;;
     --clippy) mode=clippy; shift ;;
     --smoke) smoke=1; shift ;;
+    --suite) suite=1; shift ;;
     *) echo "cuda-build: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -115,6 +119,17 @@ mkdir -p "$work/$out_dir"
 cp "target/$out_dir/aleph" "$work/$out_dir/aleph"
 bin="$work/$out_dir/aleph"
 echo "cuda-build: $bin (compute capability $cap)"
+if [ "$suite" = 1 ]; then
+  exe=$(cargo test --manifest-path "$ws/Cargo.toml" --profile "$profile" -p aleph-models --features cuda --test suite \
+    --no-run --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "suite" and m.get("executable"):
+        print(m["executable"])')
+  cp "$exe" "$work/$out_dir/models-suite"
+  echo "cuda-build: $work/$out_dir/models-suite (the models suite, cuda)"
+fi
 
 [ "$smoke" = 1 ] || exit 0
 # --- smoke: starts without CUDA's libraries, serves on the CPU, says why ------------------------------------

@@ -12,3 +12,5 @@ fi
 export ALEPH_TEST_PYTHON="$PWD/$venv/bin/python"
 cargo test --workspace "$@"
 scripts/client-tests.sh
+# The GPU check's steps on this machine's CPU, with tiny shapes (the same script a lent GPU runs).
+scripts/gpu-check.sh --dry-run >/dev/null

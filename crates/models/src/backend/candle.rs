@@ -73,10 +73,6 @@ impl Candle {
         &self.device
     }
 
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
     /// candle's CPU matmul has no bf16 kernel (its GEMM crate covers f16, f32 and f64): there a bf16 product
     /// is computed from operands widened to f32 and rounded back, which is what a GPU's bf16 GEMM does (f32
     /// accumulation, a bf16 result).
@@ -94,7 +90,7 @@ impl Candle {
     }
 
     /// `x` as the backend's width.
-    fn narrow_to_width(&self, x: Tensor) -> candle_core::Result<Tensor> {
+    fn at_width(&self, x: Tensor) -> candle_core::Result<Tensor> {
         x.to_dtype(self.dtype)
     }
 }
@@ -198,9 +194,9 @@ impl Ops for Candle {
     }
 
     fn linear(&self, w: Tensor, b: Option<Tensor>, _name: &str) -> Result<Linear, ModelError> {
-        let at_width = |t: Tensor| t.to_device(&self.device).and_then(|t| self.narrow_to_width(t));
-        let weight_t = at_width(w).and_then(|w| w.t()?.contiguous()).map_err(weights)?;
-        let bias = b.map(at_width).transpose().map_err(weights)?;
+        let on_device = |t: Tensor| t.to_device(&self.device).and_then(|t| self.at_width(t));
+        let weight_t = on_device(w).and_then(|w| w.t()?.contiguous()).map_err(weights)?;
+        let bias = b.map(on_device).transpose().map_err(weights)?;
         Ok(Linear { weight_t, bias })
     }
 
@@ -210,7 +206,7 @@ impl Ops for Candle {
     }
 
     fn table(&self, t: Tensor) -> Result<Tensor, ModelError> {
-        t.to_device(&self.device).and_then(|t| self.narrow_to_width(t)).map_err(weights)
+        t.to_device(&self.device).and_then(|t| self.at_width(t)).map_err(weights)
     }
 
     fn linear_bytes(&self, l: &Linear) -> usize {
@@ -234,7 +230,7 @@ impl Ops for Candle {
     }
 
     fn upload(&self, rows: usize, cols: usize, data: Vec<f32>) -> Result<Tensor, ModelError> {
-        Tensor::from_vec(data, (rows, cols), &self.device).and_then(|t| self.narrow_to_width(t)).map_err(forward_err)
+        Tensor::from_vec(data, (rows, cols), &self.device).and_then(|t| self.at_width(t)).map_err(forward_err)
     }
 
     fn host<'a>(&self, x: &'a Tensor) -> Result<Cow<'a, [f32]>, ModelError> {

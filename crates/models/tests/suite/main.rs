@@ -4,6 +4,7 @@ mod common;
 
 mod bf16_parity;
 mod bge_m3_reference;
+mod candle_precision;
 mod clap_reference;
 mod clip_reference;
 mod colpali_reference;
@@ -12,7 +13,6 @@ mod deberta_reference;
 mod distilbert_reference;
 mod gemma3_reference;
 mod gte_reference;
-mod half_precision;
 mod jina_reference;
 mod llama_reference;
 mod mapped_tables;

@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use aleph_models::{load, Backend, Batch, ImageProcessor, LoadOptions, Pixels};
 use serde_json::Value;
 
+/// tests/fixtures/tiny, or `ALEPH_TEST_TINY` (a test binary run away from its checkout, as on a GPU machine).
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny")
+    std::env::var_os("ALEPH_TEST_TINY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny"))
 }
 
 /// `tests/fixtures/tiny/<model>/reference.json`.

@@ -1,9 +1,12 @@
-//! Half precision on candle (`--engine candle --dtype float16 | bfloat16`, what a GPU runs by default) on
-//! candle's CPU device, for every tiny fixture: the outputs the reference tests hold to 1e-4 in f32, here
-//! within 2e-2 (bf16: 5e-2) of the same references from transformers (weights and activations at half width,
-//! norms and softmax in f32). What a family cannot run in float16 is refused at load, naming why.
+//! Every tiny fixture on candle at each precision it serves: float32 within 1e-4 of transformers' references,
+//! float16 and bfloat16 (`--engine candle --dtype ...`, what a GPU runs by default; weights and activations at
+//! half width, norms and softmax in f32) within 2e-2 (bf16: 5e-2). What a family cannot run in float16 is refused
+//! at load, naming why.
+//!
+//! On candle's CPU device by default; `ALEPH_TEST_DEVICE=cuda:0` runs the same checks on a GPU (a `cuda` build of
+//! this suite, as scripts/gpu-check.sh runs it), with the fixtures at `ALEPH_TEST_TINY`.
 
-use aleph_models::{load, Backend, Batch, DType, LoadOptions, LoadedModel, ModelTask, Pixels, PoolingChoice};
+use aleph_models::{load, Backend, Batch, DType, Device, LoadOptions, LoadedModel, ModelTask, Pixels, PoolingChoice};
 use serde_json::Value;
 
 use crate::colqwen2_reference::unpatchify;
@@ -13,11 +16,16 @@ use crate::common::{fixtures, floats, max_diff, reference, rows, text_batch};
 /// largest magnitude, at least 1: SPLADE weights and logits exceed 1). float16 keeps 11 significant bits; bf16
 /// keeps 8, so it rounds 8x coarser (its worst fixture here is at 0.027, float16's at 0.0034).
 fn tolerance(dtype: DType) -> f32 {
-    if dtype == DType::BFloat16 {
-        5e-2
-    } else {
-        2e-2
+    match dtype {
+        DType::BFloat16 => 5e-2,
+        DType::Float16 => 2e-2,
+        _ => 1e-4,
     }
+}
+
+/// Where the checks run: `ALEPH_TEST_DEVICE` (`cpu`, `cuda:N`), the CPU when unset.
+fn device() -> Device {
+    std::env::var("ALEPH_TEST_DEVICE").map_or(Device::Cpu, |d| d.parse().expect("ALEPH_TEST_DEVICE"))
 }
 
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {
@@ -124,6 +132,7 @@ fn outputs(name: &str, loaded: &LoadedModel, r: &Value) -> Vec<(String, Vec<f32>
 fn options(r: &Value, dtype: DType) -> LoadOptions {
     LoadOptions {
         backend: Backend::Candle,
+        device: device(),
         dtype,
         // As the server loads by default: trusting the code of the families Aleph implements.
         trust_remote_code: true,
@@ -146,32 +155,64 @@ fn fixture_names() -> Vec<String> {
     names
 }
 
-fn check_every_fixture(dtype: DType) {
-    for name in fixture_names() {
-        let r = reference(&name);
-        let opts = options(&r, dtype);
-        if dtype == DType::Float16 && name.starts_with("gemma3") {
-            let err = load(&fixtures().join(&name), &opts).err().expect("Gemma 3 in float16 is refused").to_string();
-            assert!(err.contains("float16") && err.contains("bfloat16"), "{name}: {err}");
-            continue;
-        }
-        let loaded = load(&fixtures().join(&name), &opts).unwrap_or_else(|e| panic!("{name} at {dtype:?}: {e}"));
-        assert_eq!((loaded.info.backend.name(), loaded.info.dtype), ("candle", dtype), "{name}");
-        let pairs = outputs(&name, &loaded, &r);
-        assert!(!pairs.is_empty(), "{name}: nothing compared");
-        let mut worst = 0f32;
-        for (what, got, want) in pairs {
-            assert!(got.iter().all(|x| x.is_finite()), "{name} at {dtype:?}, {what}: not finite");
-            let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
-            let d = max_diff(&got, &want) / scale;
-            worst = worst.max(d);
-            assert!(
-                d < tolerance(dtype),
-                "{name} at {dtype:?}, {what}: differs from transformers' f32 by {d} of {scale}"
-            );
-        }
-        eprintln!("{name} at {dtype:?}: worst difference {worst:.5}");
+/// One fixture at `dtype`: its worst difference (relative to the output's scale) when every output is within
+/// the tolerance, else why not.
+fn check_fixture(name: &str, dtype: DType) -> Result<f32, String> {
+    let r = reference(name);
+    let opts = options(&r, dtype);
+    if dtype == DType::Float16 && name.starts_with("gemma3") {
+        let err = load(&fixtures().join(name), &opts).err().ok_or("Gemma 3 in float16 loaded")?.to_string();
+        return match err.contains("float16") && err.contains("bfloat16") {
+            true => Ok(0.0),
+            false => Err(format!("refused without saying why: {err}")),
+        };
     }
+    let loaded = load(&fixtures().join(name), &opts).map_err(|e| format!("does not load: {e}"))?;
+    if (loaded.info.backend.name(), loaded.info.dtype) != ("candle", dtype) {
+        return Err(format!("loaded as {} at {:?}", loaded.info.backend.name(), loaded.info.dtype));
+    }
+    let pairs = outputs(name, &loaded, &r);
+    if pairs.is_empty() {
+        return Err("nothing compared".into());
+    }
+    let mut worst = 0f32;
+    for (what, got, want) in pairs {
+        if !got.iter().all(|x| x.is_finite()) {
+            return Err(format!("{what}: not finite"));
+        }
+        let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+        let d = max_diff(&got, &want) / scale;
+        worst = worst.max(d);
+        if d >= tolerance(dtype) {
+            return Err(format!("{what}: differs from transformers' f32 by {d} of {scale}"));
+        }
+    }
+    Ok(worst)
+}
+
+/// Every fixture at `dtype`, each reported on its own line (`<name> at <dtype>: worst difference <d>` or
+/// `... FAILED: <why>`, which scripts/gpu-check.sh reads), failing at the end if any did.
+fn check_every_fixture(dtype: DType) {
+    let mut failures = Vec::new();
+    for name in fixture_names() {
+        let outcome = std::panic::catch_unwind(|| check_fixture(&name, dtype)).unwrap_or_else(|panic| {
+            let why = panic.downcast_ref::<String>().cloned().or(panic.downcast_ref::<&str>().map(|s| s.to_string()));
+            Err(format!("panicked: {}", why.unwrap_or_default()))
+        });
+        match outcome {
+            Ok(worst) => eprintln!("{name} at {dtype:?}: worst difference {worst:.5}"),
+            Err(why) => {
+                eprintln!("{name} at {dtype:?}: FAILED: {why}");
+                failures.push(format!("{name}: {why}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "at {dtype:?}, on {:?}:\n{}", device(), failures.join("\n"));
+}
+
+#[test]
+fn every_fixture_matches_its_reference_in_float32_on_candle() {
+    check_every_fixture(DType::Float32);
 }
 
 #[test]
