@@ -12,7 +12,8 @@
 #   scripts/gpu-check.sh --dry-run    here: the same steps on this machine's CPU (candle's CPU device) with the
 #                                     ordinary debug build (built if missing) and tiny shapes, in a few minutes
 #
-# Further arguments go to scripts/gpu_check.py (e.g. `--steps a,b`, `--shapes bert-base`, `--seconds 2`).
+# Further arguments go to scripts/gpu_check.py (e.g. `--steps a,b`, `--shapes bert-base`, `--seconds 2`). On a lent
+# GPU (10 minutes a command) run it as two commands, `--steps a,b` then `--steps c,d`, each with `timeout_s` to spare.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"

@@ -207,7 +207,7 @@ def speed(args):
     for shape in args.shapes:
         model = shaped_model(args, shape)
         cmd = [args.aleph, "bench", "--model-id", str(model), "--device", args.device, "--engine", "candle",
-               "--dtypes", ",".join(args.dtypes), "--batch-sizes", ",".join(map(str, args.batch_sizes)),
+               "--dtypes", ",".join(args.bench_dtypes), "--batch-sizes", ",".join(map(str, args.batch_sizes)),
                "--lengths", ",".join(map(str, args.lengths)), "--concurrency", ",".join(map(str, args.concurrency)),
                "--seconds", str(args.seconds), "--batch-size", str(max(args.batch_sizes)),
                "--max-batch-tokens", str(args.max_batch_tokens), "--json"]
@@ -323,7 +323,8 @@ def main():
     p.add_argument("--suite", required=True, help="the models test suite binary (a cuda build on a GPU)")
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--shapes", default="minilm,bert-base,qwen3-0.6b")
-    p.add_argument("--dtypes", default="float32,float16,bfloat16")
+    p.add_argument("--dtypes", default="float32,float16,bfloat16", help="(b)'s precisions")
+    p.add_argument("--bench-dtypes", default="float16,float32", help="(c)'s precisions (each costs device time)")
     p.add_argument("--batch-sizes", default="1,32,256")
     p.add_argument("--lengths", default="16,128,512")
     p.add_argument("--concurrency", default="1,16,64")
@@ -337,6 +338,7 @@ def main():
     args = p.parse_args()
     args.shapes = args.shapes.split(",")
     args.dtypes = args.dtypes.split(",")
+    args.bench_dtypes = args.bench_dtypes.split(",")
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
