@@ -10,7 +10,7 @@ use aleph_models::{load, Backend, Batch, DType, Device, LoadOptions, LoadedModel
 use serde_json::Value;
 
 use crate::colqwen2_reference::unpatchify;
-use crate::common::{fixtures, floats, max_diff, reference, rows, text_batch};
+use crate::common::{dense, fixtures, floats, max_diff, normalized, reference, rows, text_batch};
 
 /// How far a half-precision output may be from transformers' f32 one, relative to the output's scale (its
 /// largest magnitude, at least 1: SPLADE weights and logits exceed 1). float16 keeps 11 significant bits; bf16
@@ -28,12 +28,6 @@ fn device() -> Device {
     std::env::var("ALEPH_TEST_DEVICE").map_or(Device::Cpu, |d| d.parse().expect("ALEPH_TEST_DEVICE"))
 }
 
-fn normalized(mut v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|x| *x /= n);
-    v
-}
-
 fn strings(v: &Value) -> Vec<&str> {
     v.as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect()
 }
@@ -45,15 +39,6 @@ fn flat(v: &Value) -> Vec<f32> {
         Value::Array(a) if a.first().is_some_and(Value::is_array) => rows(v),
         _ => floats(v),
     }
-}
-
-/// A sparse reference (`{indices, values}`) as a vocabulary-wide vector.
-fn dense(sparse: &Value, vocab: usize) -> Vec<f32> {
-    let mut v = vec![0.0; vocab];
-    for (i, x) in sparse["indices"].as_array().unwrap().iter().zip(sparse["values"].as_array().unwrap()) {
-        v[i.as_u64().unwrap() as usize] = x.as_f64().unwrap() as f32;
-    }
-    v
 }
 
 /// What the fixture's reference holds, as (what, ours, transformers') pairs computed by `loaded`.

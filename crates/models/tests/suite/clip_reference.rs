@@ -8,13 +8,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use crate::common;
-use common::{backends, fixtures, floats, max_diff, reference};
-
-fn normalized(mut v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|x| *x /= n);
-    v
-}
+use common::{backends, fixtures, floats, max_diff, normalized, reference};
 
 /// The pixels Pillow decoded, as RGB (transparency composited onto white as transformers does).
 fn pil_decoded(img: &Value) -> Rgb8 {

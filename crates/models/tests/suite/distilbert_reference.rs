@@ -7,7 +7,7 @@
 use crate::common;
 
 use aleph_models::{load, Backend, Batch, DType, LoadOptions, PoolingChoice};
-use common::{backends, fixtures, floats, max_diff, reference};
+use common::{backends, dense, fixtures, floats, max_diff, reference};
 use serde_json::Value;
 
 fn texts(r: &Value) -> Vec<&str> {
@@ -27,15 +27,6 @@ fn run(model: &str, opts: &LoadOptions, texts: &[&str]) -> (Vec<Vec<f32>>, Vec<u
     }
     let lens = (0..batch.len()).map(|i| batch.seq_len(i)).collect();
     (loaded.model.forward(&batch).unwrap().vectors, lens, loaded.info)
-}
-
-/// A sparse reference (`{indices, values}`) as a dense vocabulary-wide vector.
-fn dense(sparse: &Value, vocab: usize) -> Vec<f32> {
-    let mut v = vec![0.0; vocab];
-    for (i, x) in sparse["indices"].as_array().unwrap().iter().zip(sparse["values"].as_array().unwrap()) {
-        v[i.as_u64().unwrap() as usize] = x.as_f64().unwrap() as f32;
-    }
-    v
 }
 
 #[test]

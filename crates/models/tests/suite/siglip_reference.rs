@@ -4,13 +4,7 @@
 use aleph_models::{load, Backend, Batch, LoadOptions, Pixels};
 
 use crate::common;
-use common::{backends, fixtures, floats, max_diff, preprocess_like_transformers, reference};
-
-fn normalized(mut v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|x| *x /= n);
-    v
-}
+use common::{backends, fixtures, floats, max_diff, normalized, preprocess_like_transformers, reference};
 
 #[test]
 fn images_match_transformers() {

@@ -22,6 +22,22 @@ pub fn floats(v: &Value) -> Vec<f32> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
 }
 
+/// `v` scaled to unit length (CLIP's and SigLIP's references are the projections before it).
+pub fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+/// A sparse reference (`{indices, values}`) as a vocabulary-wide vector.
+pub fn dense(sparse: &Value, vocab: usize) -> Vec<f32> {
+    let mut v = vec![0.0; vocab];
+    for (i, x) in sparse["indices"].as_array().unwrap().iter().zip(sparse["values"].as_array().unwrap()) {
+        v[i.as_u64().unwrap() as usize] = x.as_f64().unwrap() as f32;
+    }
+    v
+}
+
 pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
