@@ -8,8 +8,9 @@
 #               89 (L4/L40S) or 80 (A100); also CUDA_COMPUTE_CAP
 #   --release   the release profile; the binary lands in target/cuda/release/aleph (else target/cuda/debug/aleph)
 #   --clippy    lint the workspace with the feature on (`-D warnings`) instead of building
-#   --smoke     after building, check the binary needs no CUDA library to start, start it here (where there is no
-#               driver) and require that it serves embeddings on the CPU and logs why
+#   --smoke     after building, compile the run-time kernels with NVRTC (scripts/nvrtc_check.py), check the binary
+#               needs no CUDA library to start, start it here (where there is no driver) and require that it
+#               serves embeddings on the CPU and logs why
 #   --suite     also the models test suite with the feature on, copied to target/cuda/<profile>/models-suite (the
 #               GPU check runs its candle_precision tests on the GPU: scripts/gpu-check.sh)
 #
@@ -20,7 +21,7 @@
 #   - cudarc: candle asks for `dynamic-linking`; the copy turns it into cudarc's own `dynamic-loading`;
 #   - candle-kernels: its build script links the CUDA runtime as a shared library; the copy links cudart_static
 #     (which itself opens the driver at run time).
-# The toolkit (nvcc, nvvm, crt, the runtime's headers and libcudart_static, cccl: about 100 MB) goes into a venv
+# The toolkit (nvcc, nvvm, crt, the runtime's headers and libcudart_static, cccl, NVRTC: about 190 MB) goes into a venv
 # at target/cuda/toolkit. 13.0 on purpose: 13.x nvcc writes PTX a 13.0 driver (580) refuses.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -48,7 +49,8 @@ mkdir -p "$work"
 
 # --- the toolkit, from PyPI --------------------------------------------------------------------------------
 toolkit_venv="$work/toolkit"
-pins="nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85"
+# NVRTC too: the smoke step compiles the run-time kernels with it (scripts/nvrtc_check.py).
+pins="nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88"
 if [ "$(cat "$toolkit_venv/.pins" 2>/dev/null)" != "$pins" ]; then
   rm -rf "$toolkit_venv"
   python3 -m venv "$toolkit_venv"
@@ -132,6 +134,8 @@ for line in sys.stdin:
 fi
 
 [ "$smoke" = 1 ] || exit 0
+# --- smoke: the kernels a GPU load compiles at run time compile (NVRTC needs no GPU) --------------------------
+python3 scripts/nvrtc_check.py "$cuda_home/lib/libnvrtc.so.13"
 # --- smoke: starts without CUDA's libraries, serves on the CPU, says why ------------------------------------
 needed=$(readelf -d "$bin" | awk '/NEEDED/ { print $NF }' | tr -d '[]')
 if echo "$needed" | grep -Ei 'libcuda|libcudart|libcublas|libcurand|libnvrtc'; then

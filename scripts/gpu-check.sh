@@ -26,9 +26,17 @@ if [ "${1:-}" = --pack ] || [ "${1:-}" = --dry-run ]; then
 fi
 
 # The models suite's test binary as cargo built it (its path has a hash): the newest `suite-*` with the tests.
+# The listing is read whole before it is searched: `--list | grep -q` would close the pipe at the first match,
+# and the suite, writing on, would fail under pipefail.
 newest_suite() { # target dir -> path
-  ls -t "$1"/deps/suite-* 2>/dev/null | while read -r f; do
-    [ -x "$f" ] && [ ! -d "$f" ] && "$f" --list 2>/dev/null | grep -q '^candle_precision::' && { echo "$f"; break; }
+  local f listing
+  for f in $(ls -t "$1"/deps/suite-* 2>/dev/null); do
+    [ -x "$f" ] && [ ! -d "$f" ] || continue
+    listing=$("$f" --list 2>/dev/null) || continue
+    if grep -q '^candle_precision::' <<<"$listing"; then
+      echo "$f"
+      return
+    fi
   done
 }
 

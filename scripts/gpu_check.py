@@ -7,7 +7,7 @@ and may have no numpy or torch).
   (b) parity: random models at real shapes (scripts/make_shaped_model.py) served on the device at each dtype,
       against the same binary on the CPU at float32 (Aleph's kernels): the least cosine over real sentences;
   (c) speed: `aleph bench` in-process (batch sizes x lengths) and over HTTP (concurrency levels) on the device,
-      with the device's peak memory (nvidia-smi) while each runs;
+      with the device's peak memory (nvidia-smi) while each runs; unpadded attention, then padded at fp16;
   (d) yardstick: where PyTorch is installed, fp16 SDPA encoders of the same shapes on the same device.
 
 Prints one table per step and writes everything to OUT/gpu-check.json.
@@ -202,35 +202,43 @@ class PeakMemory:
             self.thread.join()
 
 
+def bench(args, shape, model, attention, dtypes):
+    """One `aleph bench` run with attention `attention` (ALEPH_ATTENTION) at `dtypes`: its report, or an error."""
+    cmd = [args.aleph, "bench", "--model-id", str(model), "--device", args.device, "--engine", "candle",
+           "--dtypes", ",".join(dtypes), "--batch-sizes", ",".join(map(str, args.batch_sizes)),
+           "--lengths", ",".join(map(str, args.lengths)), "--concurrency", ",".join(map(str, args.concurrency)),
+           "--seconds", str(args.seconds), "--batch-size", str(max(args.batch_sizes)),
+           "--max-batch-tokens", str(args.max_batch_tokens), "--json"]
+    env = {**os.environ, "ALEPH_ATTENTION": attention}
+    with PeakMemory() as mem:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.step_timeout, env=env)
+    if run.returncode != 0:
+        log(f"gpu-check: aleph bench on {shape} ({attention}) failed:\n{run.stderr[-3000:]}")
+        return {"shape": shape, "attention": attention, "error": run.stderr[-2000:]}
+    report = json.loads(run.stdout)
+    for v in report["variants"]:
+        if v.get("note"):
+            log(f"gpu-check: {shape} {v.get('dtype')}: {v['note']}")
+    return {"shape": shape, "attention": attention, "peak_device_mib": mem.peak, **report}
+
+
 def speed(args):
+    """Each shape at every bench dtype with the device's default attention, then (`--attentions`) the other
+    attention at the first bench dtype: unpadded against padded, side by side on one device."""
     results = []
     for shape in args.shapes:
         model = shaped_model(args, shape)
-        cmd = [args.aleph, "bench", "--model-id", str(model), "--device", args.device, "--engine", "candle",
-               "--dtypes", ",".join(args.bench_dtypes), "--batch-sizes", ",".join(map(str, args.batch_sizes)),
-               "--lengths", ",".join(map(str, args.lengths)), "--concurrency", ",".join(map(str, args.concurrency)),
-               "--seconds", str(args.seconds), "--batch-size", str(max(args.batch_sizes)),
-               "--max-batch-tokens", str(args.max_batch_tokens), "--json"]
-        with PeakMemory() as mem:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.step_timeout)
-        if run.returncode != 0:
-            log(f"gpu-check: aleph bench on {shape} failed:\n{run.stderr[-3000:]}")
-            results.append({"shape": shape, "error": run.stderr[-2000:]})
-            continue
-        report = json.loads(run.stdout)
-        results.append({"shape": shape, "peak_device_mib": mem.peak, **report})
-        for v in report["variants"]:
-            if v.get("note"):
-                log(f"gpu-check: {shape} {v.get('dtype')}: {v['note']}")
-    rows = [[r["shape"], x["dtype"], x["batch"], x["length"], f"{x['items_per_s']:.0f}", f"{x['tokens_per_s']:.0f}",
-             f"{x['p50_ms']:.2f}", r.get("peak_device_mib") or "-"]
+        for i, attention in enumerate(args.attentions):
+            results.append(bench(args, shape, model, attention, args.bench_dtypes if i == 0 else args.bench_dtypes[:1]))
+    rows = [[r["shape"], r["attention"], x["dtype"], x["batch"], x["length"], f"{x['items_per_s']:.0f}",
+             f"{x['tokens_per_s']:.0f}", f"{x['p50_ms']:.2f}", r.get("peak_device_mib") or "-"]
             for r in results for x in r.get("in_process", [])]
-    table(f"(c) in-process on {args.device}", ["shape", "dtype", "batch", "tokens", "sentences/s", "tokens/s",
-                                                "p50 ms", "peak MiB"], rows)
-    rows = [[r["shape"], x["dtype"], x["concurrency"], f"{x['items_per_s']:.0f}", f"{x['p50_ms']:.2f}",
+    table(f"(c) in-process on {args.device}", ["shape", "attention", "dtype", "batch", "tokens", "sentences/s",
+                                                "tokens/s", "p50 ms", "peak MiB"], rows)
+    rows = [[r["shape"], r["attention"], x["dtype"], x["concurrency"], f"{x['items_per_s']:.0f}", f"{x['p50_ms']:.2f}",
              f"{x['p99_ms']:.2f}", x["errors"]] for r in results for x in r.get("http", [])]
-    table(f"(c) over HTTP on {args.device}", ["shape", "dtype", "concurrency", "sentences/s", "p50 ms", "p99 ms",
-                                              "errors"], rows)
+    table(f"(c) over HTTP on {args.device}", ["shape", "attention", "dtype", "concurrency", "sentences/s", "p50 ms",
+                                              "p99 ms", "errors"], rows)
     return results
 
 
@@ -313,7 +321,7 @@ def failures(report):
             out.append(f"parity: {e['shape']} at {e['dtype']}: {e.get('error', e.get('min_cosine'))}"[:300])
     for e in report.get("speed", []) if isinstance(report.get("speed"), list) else []:
         if "error" in e:
-            out.append(f"speed: {e['shape']}: {e['error'][:200]}")
+            out.append(f"speed: {e['shape']} ({e.get('attention')}): {e['error'][:200]}")
     return out
 
 
@@ -325,6 +333,8 @@ def main():
     p.add_argument("--shapes", default="minilm,bert-base,qwen3-0.6b")
     p.add_argument("--dtypes", default="float32,float16,bfloat16", help="(b)'s precisions")
     p.add_argument("--bench-dtypes", default="float16,float32", help="(c)'s precisions (each costs device time)")
+    p.add_argument("--attentions", default="unpadded,padded",
+                   help="(c)'s attention (ALEPH_ATTENTION): the first at every bench dtype, the others at the first")
     p.add_argument("--batch-sizes", default="1,32,256")
     p.add_argument("--lengths", default="16,128,512")
     p.add_argument("--concurrency", default="1,16,64")
@@ -339,6 +349,7 @@ def main():
     args.shapes = args.shapes.split(",")
     args.dtypes = args.dtypes.split(",")
     args.bench_dtypes = args.bench_dtypes.split(",")
+    args.attentions = args.attentions.split(",")
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.concurrency = [int(x) for x in args.concurrency.split(",")]

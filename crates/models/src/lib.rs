@@ -25,8 +25,8 @@ pub mod tokenizer;
 pub use batch::{read_sparse_pairs, sparse_pairs, Batch, Output, OutputKind};
 pub use error::ModelError;
 pub use loader::{
-    gpu_available, gpu_memory_bytes, gpu_status, load, min_weight_bytes, Backend, Compute, DType, Device, GpuStatus,
-    LoadOptions, LoadedModel, Model, ModelInfo, ModelTask, RerankTemplate, Task,
+    gpu_available, gpu_memory_bytes, gpu_status, load, min_weight_bytes, AttentionKernel, Backend, Compute, DType,
+    Device, GpuStatus, LoadOptions, LoadedModel, Model, ModelInfo, ModelTask, RerankTemplate, Task,
 };
 pub use media::audio::{AudioFeatures, AudioProcessor};
 pub use media::image::{ImageProcessor, Pixels};

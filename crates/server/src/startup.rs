@@ -260,6 +260,8 @@ fn load_model(
         task: spec.task,
         rerank_instruction: spec.rerank_instruction.clone(),
         rerank_template: spec.rerank_template.clone(),
+        // On a GPU, unpadded where padding costs most; ALEPH_ATTENTION=padded|unpadded|auto overrides it.
+        attention: Default::default(),
     };
     let on_gpus = !spec.device_ids.is_empty()
         && (matches!(spec.device, Device::Cuda(_)) || (spec.device == Device::Auto && aleph_models::gpu_available()));

@@ -1,6 +1,7 @@
 //! candle's tensors as a backend, on whichever device candle runs (CUDA, Metal, CPU). Activations stay
-//! packed like the CPU backend's; only attention pads, gathering each sequence into a `[batch, len]`
-//! rectangle with a key mask, and gathers the real rows back.
+//! packed like the CPU backend's. Attention runs unpadded on a GPU ([`super::varlen`]); elsewhere, and for
+//! DeBERTa's disentangled terms, it pads, gathering each sequence into a `[batch, len]` rectangle with a key
+//! mask, and gathers the real rows back.
 //!
 //! Weights, tables and activations are kept at the backend's width (f32, f16 or bf16) and multiplied at it;
 //! what transformers accumulates in f32 under half precision is computed in f32 here too: norms (their gains
@@ -10,6 +11,7 @@ use std::borrow::Cow;
 
 use candle_core::{DType, Device, Tensor};
 
+use super::varlen::{self, AttentionChoice, VarlenAttention};
 use super::{Activation, AttentionSpec, Disentangled, Norm, NormKind, Ops, Post, ScoreBias};
 use crate::error::{weights, ModelError};
 use crate::loader::Compute;
@@ -18,6 +20,8 @@ pub struct Candle {
     device: Device,
     /// The width of weights and activations: F32, F16 or BF16.
     dtype: DType,
+    /// Which batches attend over packed sequences ([`super::varlen`]), where the bias allows it.
+    attention: AttentionChoice,
 }
 
 impl Candle {
@@ -58,19 +62,58 @@ impl Candle {
 
     /// f32 weights and activations on `device`.
     pub fn new(device: Device) -> Self {
-        Candle { device, dtype: DType::F32 }
+        Candle { device, dtype: DType::F32, attention: AttentionChoice::Padded }
     }
 
     /// Weights and activations of `dtype` (F32, F16 or BF16) on `device`.
     pub fn with_dtype(device: Device, dtype: DType) -> Result<Self, ModelError> {
         match dtype {
-            DType::F32 | DType::F16 | DType::BF16 => Ok(Candle { device, dtype }),
+            DType::F32 | DType::F16 | DType::BF16 => Ok(Candle { device, dtype, attention: AttentionChoice::Padded }),
             other => Err(ModelError::InvalidOption(format!("candle computes f32, f16 or bf16, not {other:?}"))),
         }
     }
 
+    /// The same backend with attention chosen by `attention`. On a GPU the unpadded kernel is compiled and
+    /// loaded here: where that fails (an NVRTC newer than the driver writes PTX the driver refuses), a load that
+    /// asked for it fails naming why, and the default falls back to padded attention with a warning.
+    pub fn with_attention(self, attention: AttentionChoice) -> Result<Self, ModelError> {
+        #[cfg(feature = "cuda")]
+        if attention != AttentionChoice::Padded {
+            if let Err(e) = varlen::cuda::prepare(&self.device) {
+                if attention == AttentionChoice::Unpadded {
+                    return Err(ModelError::Unsupported(format!("unpadded attention: {e}")));
+                }
+                tracing::warn!("attention stays padded: {e}");
+                return Ok(Candle { attention: AttentionChoice::Padded, ..self });
+            }
+        }
+        Ok(Candle { attention, ..self })
+    }
+
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Attention through [`VarlenAttention`], for biases it takes.
+    fn unpadded_attention(
+        &self,
+        qkv: &Tensor,
+        seqs: &Seqs,
+        spec: &AttentionSpec,
+        bias: ScoreBias<'_, Tensor>,
+    ) -> Result<Tensor, ModelError> {
+        let Some((cu, tiles)) = &seqs.packed else {
+            return Err(ModelError::Forward("unpadded attention without the batch's offsets".into()));
+        };
+        let relative = match &bias {
+            ScoreBias::Relative(b) => {
+                b.check(spec.heads, seqs.len)?;
+                Some(b)
+            }
+            _ => None,
+        };
+        let op = VarlenAttention::new(*spec, cu.clone(), tiles.clone(), relative).map_err(forward_err)?;
+        qkv.contiguous().and_then(|x| x.apply_op1_no_bwd(&op)).map_err(forward_err)
     }
 
     /// candle's CPU matmul has no bf16 kernel (its GEMM crate covers f16, f32 and f64): there a bf16 product
@@ -117,6 +160,8 @@ pub struct Seqs {
     /// `[len, len]`: 0 where a query may see a key (causally, or within a window), a huge negative
     /// elsewhere; built when first needed, per (causal, window).
     masks: std::sync::Mutex<Vec<(MaskKey, Tensor)>>,
+    /// For unpadded attention: the cumulative lengths and the kernel's tiles ([`varlen::tiles`]), `u32`.
+    packed: Option<(Tensor, Tensor)>,
 }
 
 impl Seqs {
@@ -257,6 +302,19 @@ impl Ops for Candle {
         let dev = &self.device;
         let scatter_len = scatter.len();
         (|| {
+            let unpadded = match self.attention {
+                AttentionChoice::Padded => false,
+                AttentionChoice::Unpadded => true,
+                AttentionChoice::ByPadding => varlen::pays_off(cu_seqlens),
+            };
+            let packed = if unpadded {
+                let cu: Vec<u32> = cu_seqlens.iter().map(|&c| c as u32).collect();
+                let tiles = varlen::tiles(cu_seqlens);
+                let n = tiles.len();
+                Some((Tensor::from_vec(cu, cu_seqlens.len(), dev)?, Tensor::from_vec(tiles, n, dev)?))
+            } else {
+                None
+            };
             Ok(Seqs {
                 batch,
                 len,
@@ -264,6 +322,7 @@ impl Ops for Candle {
                 scatter: Tensor::from_vec(scatter, scatter_len, dev)?,
                 key_mask: Tensor::from_vec(key_mask, (batch, 1, 1, len), dev)?,
                 masks: Default::default(),
+                packed,
             })
         })()
         .map_err(forward_err)
@@ -426,6 +485,11 @@ impl Ops for Candle {
         out: &mut Tensor,
     ) -> Result<(), ModelError> {
         spec.check()?;
+        if seqs.packed.is_some() && !matches!(bias, ScoreBias::Disentangled(_)) && spec.head_dim <= varlen::MAX_HEAD_DIM
+        {
+            *out = self.unpadded_attention(qkv, seqs, spec, bias)?;
+            return Ok(());
+        }
         let disentangled = match &bias {
             ScoreBias::Disentangled(d) => {
                 d.check(seqs.len, |t| t.dim(0).unwrap_or(0))?;

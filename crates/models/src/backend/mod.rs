@@ -6,8 +6,8 @@
 //! ([`Ops::linear`]) and keeps its own activation type:
 //! - [`cpu::Cpu`]: Aleph's kernels. Packed f32 or int8 weights, fused GEMM epilogues, attention per
 //!   (sequence, head) over real tokens only.
-//! - [`candle::Candle`]: candle's tensors, on any device candle has (CUDA, Metal, CPU). It pads only inside
-//!   its attention.
+//! - [`candle::Candle`]: candle's tensors, on any device candle has (CUDA, Metal, CPU). On a GPU its attention
+//!   runs unpadded ([`varlen`]); elsewhere it pads inside attention only.
 //! - [`record::Recording`]: wraps another backend and records each linear layer's input magnitudes; int8
 //!   smoothing is calibrated by running a family on it.
 //!
@@ -17,6 +17,7 @@
 pub mod candle;
 pub mod cpu;
 pub mod record;
+pub mod varlen;
 
 use std::borrow::Cow;
 

@@ -64,9 +64,13 @@ pub(super) fn load_colpali(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
         Backend::Auto => {
             Box::new(ColPali::load(super::cpu_kernels(opts.dtype), vb, super::mapped(dir)?, &cfg, page_prompt)?)
         }
-        Backend::Candle => {
-            Box::new(ColPali::load(super::candle_ops(&device, opts.dtype)?, vb, None, &cfg, page_prompt)?)
-        }
+        Backend::Candle => Box::new(ColPali::load(
+            super::candle_ops(&device, opts.dtype, opts.attention)?,
+            vb,
+            None,
+            &cfg,
+            page_prompt,
+        )?),
     };
     let backend = model.compute();
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };

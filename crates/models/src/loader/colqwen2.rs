@@ -61,7 +61,9 @@ pub(super) fn load_colqwen2(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(ColQwen2::load(super::cpu_kernels(opts.dtype), vb, super::mapped(dir)?, &cfg, page)?),
-        Backend::Candle => Box::new(ColQwen2::load(super::candle_ops(&device, opts.dtype)?, vb, None, &cfg, page)?),
+        Backend::Candle => {
+            Box::new(ColQwen2::load(super::candle_ops(&device, opts.dtype, opts.attention)?, vb, None, &cfg, page)?)
+        }
     };
     let backend = model.compute();
     let weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { model.weight_bytes() };

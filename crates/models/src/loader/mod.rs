@@ -18,6 +18,7 @@ use candle_nn::VarBuilder;
 use crate::backend::candle::Candle;
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
+pub use crate::backend::varlen::AttentionKernel;
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
 pub use crate::config::Task;
@@ -420,6 +421,8 @@ pub struct LoadOptions {
     pub rerank_instruction: Option<String>,
     /// `--rerank-template`.
     pub rerank_template: RerankTemplate,
+    /// How candle runs attention (unpadded on a GPU unless asked otherwise).
+    pub attention: AttentionKernel,
 }
 
 /// The least memory the weights in `dir` can take once loaded at `dtype`, from the checkpoint's headers: each
@@ -667,7 +670,7 @@ fn load_clip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Clip::load(cpu_kernels(opts.dtype), vb, mapped(dir)?, &cfg)?),
-        Backend::Candle => Box::new(Clip::load(candle_ops(&device, opts.dtype)?, vb, None, &cfg)?),
+        Backend::Candle => Box::new(Clip::load(candle_ops(&device, opts.dtype, opts.attention)?, vb, None, &cfg)?),
     };
     let backend = model.compute();
     let vision = &cfg.vision_config;
@@ -704,7 +707,7 @@ fn load_clap(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Loaded
     let vb = var_builder(dir, &device)?;
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Clap::load(cpu_kernels(opts.dtype), vb, mapped(dir)?, &cfg)?),
-        Backend::Candle => Box::new(Clap::load(candle_ops(&device, opts.dtype)?, vb, None, &cfg)?),
+        Backend::Candle => Box::new(Clap::load(candle_ops(&device, opts.dtype, opts.attention)?, vb, None, &cfg)?),
     };
     let backend = model.compute();
     let audio = AudioProcessor::from_dir(dir)?.with_limits(opts.audio_limits);
@@ -762,15 +765,17 @@ fn cpu_kernels(dtype: DType) -> Cpu {
     }
 }
 
-/// candle at the resolved `dtype` on `device` (see [`compute_dtype`]).
-fn candle_ops(device: &candle_core::Device, dtype: DType) -> Result<Candle, ModelError> {
+/// candle at the resolved `dtype` on `device` (see [`compute_dtype`]), its attention as `attention` resolves
+/// there (on a GPU, unpadded for the batches padding would cost most).
+fn candle_ops(device: &candle_core::Device, dtype: DType, attention: AttentionKernel) -> Result<Candle, ModelError> {
     let width = match dtype {
         DType::Auto | DType::Float32 => candle_core::DType::F32,
         DType::Float16 => candle_core::DType::F16,
         DType::BFloat16 => candle_core::DType::BF16,
         DType::Int8 => return Err(ModelError::InvalidOption("--dtype int8 runs on Aleph's CPU kernels".into())),
     };
-    Candle::with_dtype(device.clone(), width)
+    let attention = attention.resolve(!device.is_cpu()).map_err(ModelError::InvalidOption)?;
+    Candle::with_dtype(device.clone(), width)?.with_attention(attention)
 }
 
 fn backend_for(opts: &LoadOptions, device: &candle_core::Device) -> Backend {

@@ -38,7 +38,9 @@ pub(super) fn load_siglip(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> 
     // Aleph's own kernels on the CPU; candle elsewhere, or when asked.
     let model: Box<dyn Towers> = match backend_for(opts, &device) {
         Backend::Auto => Box::new(Siglip::load(super::cpu_kernels(opts.dtype), vb, super::mapped(dir)?, &cfg, pad)?),
-        Backend::Candle => Box::new(Siglip::load(super::candle_ops(&device, opts.dtype)?, vb, None, &cfg, pad)?),
+        Backend::Candle => {
+            Box::new(Siglip::load(super::candle_ops(&device, opts.dtype, opts.attention)?, vb, None, &cfg, pad)?)
+        }
     };
     let images = ImageProcessor::from_dir(dir)?.with_limits(opts.image_limits);
     let side = cfg.vision_config.image_size;

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
+use crate::backend::varlen::AttentionKernel;
 use crate::backend::Ops;
 use crate::batch::{Batch, Output};
 use crate::encoder::{Encoder, OnBackend, TokenEncoder};
@@ -45,6 +46,7 @@ struct Setup {
     mapped: Option<Arc<MappedTensors>>,
     backend: Backend,
     dtype: DType,
+    attention: AttentionKernel,
     info: ModelInfo,
     /// BGE-M3's sparse and ColBERT heads, for an embedder that ships them.
     side: Option<LexicalAndColbert>,
@@ -83,7 +85,20 @@ impl Setup {
             prompts: st.prompts.clone(),
             ..ModelInfo::new(task.clone(), Compute::AlephCpu, architecture, hidden, window, pooling)
         };
-        Ok(Setup { st, task, pooling, tokenizer, device, vb, mapped, backend, dtype: opts.dtype, info, side: None })
+        Ok(Setup {
+            st,
+            task,
+            pooling,
+            tokenizer,
+            device,
+            vb,
+            mapped,
+            backend,
+            dtype: opts.dtype,
+            attention: opts.attention,
+            info,
+            side: None,
+        })
     }
 
     fn finish(
@@ -184,7 +199,7 @@ pub(super) fn load_bert_family(
             }
             Backend::Candle => (
                 Arc::new(SpladeModel::load(
-                    super::candle_ops(&setup.device, setup.dtype)?,
+                    super::candle_ops(&setup.device, setup.dtype, setup.attention)?,
                     vb,
                     None,
                     &cfg,
@@ -539,7 +554,7 @@ fn encoder_of(
             (Box::new(OnBackend::load(ops, vb, setup.mapped.clone(), |w| family.load(w))?), Compute::AlephCpu)
         }
         Backend::Candle => {
-            let ops = super::candle_ops(&setup.device, setup.dtype)?;
+            let ops = super::candle_ops(&setup.device, setup.dtype, setup.attention)?;
             (Box::new(OnBackend::load(ops, vb, None, |w| family.load(w))?), Compute::Candle)
         }
     })

@@ -6,7 +6,9 @@
 //! On candle's CPU device by default; `ALEPH_TEST_DEVICE=cuda:0` runs the same checks on a GPU (a `cuda` build of
 //! this suite, as scripts/gpu-check.sh runs it), with the fixtures at `ALEPH_TEST_TINY`.
 
-use aleph_models::{load, Backend, Batch, DType, Device, LoadOptions, LoadedModel, ModelTask, Pixels, PoolingChoice};
+use aleph_models::{
+    load, AttentionKernel, Backend, Batch, DType, Device, LoadOptions, LoadedModel, ModelTask, Pixels, PoolingChoice,
+};
 use serde_json::Value;
 
 use crate::colqwen2_reference::unpatchify;
@@ -114,9 +116,10 @@ fn outputs(name: &str, loaded: &LoadedModel, r: &Value) -> Vec<(String, Vec<f32>
     pairs
 }
 
-fn options(r: &Value, dtype: DType) -> LoadOptions {
+fn options(r: &Value, dtype: DType, attention: AttentionKernel) -> LoadOptions {
     LoadOptions {
         backend: Backend::Candle,
+        attention,
         device: device(),
         dtype,
         // As the server loads by default: trusting the code of the families Aleph implements.
@@ -142,9 +145,9 @@ fn fixture_names() -> Vec<String> {
 
 /// One fixture at `dtype`: its worst difference (relative to the output's scale) when every output is within
 /// the tolerance, else why not.
-fn check_fixture(name: &str, dtype: DType) -> Result<f32, String> {
+fn check_fixture(name: &str, dtype: DType, attention: AttentionKernel) -> Result<f32, String> {
     let r = reference(name);
-    let opts = options(&r, dtype);
+    let opts = options(&r, dtype, attention);
     if dtype == DType::Float16 && name.starts_with("gemma3") {
         let err = load(&fixtures().join(name), &opts).err().ok_or("Gemma 3 in float16 loaded")?.to_string();
         return match err.contains("float16") && err.contains("bfloat16") {
@@ -176,11 +179,17 @@ fn check_fixture(name: &str, dtype: DType) -> Result<f32, String> {
 }
 
 /// Every fixture at `dtype`, each reported on its own line (`<name> at <dtype>: worst difference <d>` or
-/// `... FAILED: <why>`, which scripts/gpu-check.sh reads), failing at the end if any did.
-fn check_every_fixture(dtype: DType) {
+/// `... FAILED: <why>`, which scripts/gpu-check.sh reads; the name is `<fixture>+unpadded` where the attention
+/// was chosen, not the device's default), failing at the end if any did.
+fn check_every_fixture(dtype: DType, attention: AttentionKernel) {
     let mut failures = Vec::new();
-    for name in fixture_names() {
-        let outcome = std::panic::catch_unwind(|| check_fixture(&name, dtype)).unwrap_or_else(|panic| {
+    for fixture in fixture_names() {
+        let name = match attention {
+            AttentionKernel::Auto => fixture.clone(),
+            AttentionKernel::Padded => format!("{fixture}+padded"),
+            AttentionKernel::Unpadded => format!("{fixture}+unpadded"),
+        };
+        let outcome = std::panic::catch_unwind(|| check_fixture(&fixture, dtype, attention)).unwrap_or_else(|panic| {
             let why = panic.downcast_ref::<String>().cloned().or(panic.downcast_ref::<&str>().map(|s| s.to_string()));
             Err(format!("panicked: {}", why.unwrap_or_default()))
         });
@@ -197,17 +206,25 @@ fn check_every_fixture(dtype: DType) {
 
 #[test]
 fn every_fixture_matches_its_reference_in_float32_on_candle() {
-    check_every_fixture(DType::Float32);
+    check_every_fixture(DType::Float32, AttentionKernel::Auto);
 }
 
 #[test]
 fn every_fixture_matches_its_reference_in_float16_on_candle() {
-    check_every_fixture(DType::Float16);
+    check_every_fixture(DType::Float16, AttentionKernel::Auto);
 }
 
 #[test]
 fn every_fixture_matches_its_reference_in_bfloat16_on_candle() {
-    check_every_fixture(DType::BFloat16);
+    check_every_fixture(DType::BFloat16, AttentionKernel::Auto);
+}
+
+/// Attention over packed sequences (what a GPU runs; on the CPU device its host implementation) for every
+/// family: those with disentangled terms (DeBERTa) keep the padded path.
+#[test]
+fn every_fixture_matches_its_reference_with_unpadded_attention() {
+    check_every_fixture(DType::Float32, AttentionKernel::Unpadded);
+    check_every_fixture(DType::Float16, AttentionKernel::Unpadded);
 }
 
 /// `--dtype float16` is candle's: Aleph's CPU kernels refuse it, naming where it runs, and candle refuses int8.
