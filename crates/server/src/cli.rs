@@ -122,18 +122,13 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_ENGINE", value_delimiter = ';', default_value = "auto", help_heading = "Models")]
     pub engine: Vec<String>,
 
-    /// Most sequences in one forward pass.
-    #[arg(long, env = "ALEPH_BATCH_SIZE", value_delimiter = ';', default_value = "32", help_heading = "Models")]
+    /// Most sequences in one forward pass [default: 32 on the CPU, 256 on a GPU].
+    #[arg(long, env = "ALEPH_BATCH_SIZE", value_delimiter = ';', help_heading = "Models")]
     pub batch_size: Vec<usize>,
 
-    /// Most tokens in one forward pass, padding included when the backend pads.
-    #[arg(
-        long,
-        env = "ALEPH_MAX_BATCH_TOKENS",
-        value_delimiter = ';',
-        default_value = "16384",
-        help_heading = "Models"
-    )]
+    /// Most tokens in one forward pass, padding included when the backend pads [default: 16384 on the CPU,
+    /// 32768 on a GPU].
+    #[arg(long, env = "ALEPH_MAX_BATCH_TOKENS", value_delimiter = ';', help_heading = "Models")]
     pub max_batch_tokens: Vec<usize>,
 
     /// Device: auto (a GPU when built with --features cuda and one is present, else the CPU), cpu, cuda, cuda:N
@@ -454,8 +449,9 @@ pub struct ModelSpec {
     pub served_name: String,
     pub revision: Option<String>,
     pub engine: Engine,
-    pub batch_size: usize,
-    pub max_batch_tokens: usize,
+    /// `--batch-size`, `--max-batch-tokens`: `None` takes the device's default ([`ModelSpec::batching`]).
+    pub batch_size: Option<usize>,
+    pub max_batch_tokens: Option<usize>,
     pub device: Device,
     /// `--device-id`: the GPU ordinals (or, on the CPU, the count) of the replicas; empty means one.
     pub device_ids: Vec<usize>,
@@ -480,6 +476,20 @@ pub struct ModelSpec {
     pub max_request_tokens: usize,
     /// `--compute-weight`.
     pub compute_weight: f64,
+}
+
+/// Batching on the CPU: what Infinity defaults to; 16k tokens keep a batch's activations in cache-sized pieces.
+const CPU_BATCHING: (usize, usize) = (32, 16384);
+/// Batching on a GPU: hundreds of sequences per pass keep its cores busy, and 32k tokens (padding included for
+/// padded batches) stay well within a GPU's memory for encoder-sized models.
+const GPU_BATCHING: (usize, usize) = (256, 32768);
+
+impl ModelSpec {
+    /// (sequences, tokens) per forward pass: what was asked, else the default for where the model runs.
+    pub fn batching(&self, on_gpu: bool) -> (usize, usize) {
+        let (items, tokens) = if on_gpu { GPU_BATCHING } else { CPU_BATCHING };
+        (self.batch_size.unwrap_or(items), self.max_batch_tokens.unwrap_or(tokens))
+    }
 }
 
 /// The per-model options of `aleph v2`, as `POST /admin/models` takes them (names as the flags', in snake
@@ -584,8 +594,8 @@ impl ServeArgs {
                 model_id: id.clone(),
                 served_name: names[i].clone().filter(|s| !s.is_empty()).unwrap_or_else(|| default_served_name(id)),
                 revision: revisions[i].clone().filter(|s| !s.is_empty()),
-                batch_size: batch[i].unwrap_or(32),
-                max_batch_tokens: tokens[i].unwrap_or(16384),
+                batch_size: batch[i],
+                max_batch_tokens: tokens[i],
                 device: device[i],
                 device_ids,
                 dtype: dtype[i],
@@ -604,7 +614,7 @@ impl ServeArgs {
                 max_request_tokens: self.max_request_tokens,
                 compute_weight: weights[i].0,
             };
-            if spec.batch_size == 0 {
+            if spec.batch_size == Some(0) {
                 return Err("--batch-size must be at least 1".into());
             }
             specs.push(spec);
@@ -815,15 +825,27 @@ mod tests {
     }
 
     #[test]
+    fn batching_defaults_to_the_device_unless_asked() {
+        let specs = parse(&["aleph", "v2", "--model-id", "a"]).model_specs().unwrap();
+        assert_eq!(specs[0].batching(false), (32, 16384));
+        assert_eq!(specs[0].batching(true), (256, 32768));
+        // What was asked is kept on either device.
+        let specs = parse(&["aleph", "v2", "--model-id", "a", "--batch-size", "8"]).model_specs().unwrap();
+        assert_eq!((specs[0].batching(false), specs[0].batching(true)), ((8, 16384), (8, 32768)));
+        let specs = parse(&["aleph", "v2", "--model-id", "a", "--max-batch-tokens", "4096"]).model_specs().unwrap();
+        assert_eq!(specs[0].batching(true), (256, 4096));
+    }
+
+    #[test]
     fn broadcasts_and_zips_per_model_flags() {
         let a = parse(&["aleph", "v2", "--model-id", "x/a", "--model-id", "/m/y/b", "--batch-size", "8"]);
         let specs = a.model_specs().unwrap();
-        assert_eq!(specs[0].batch_size, 8);
-        assert_eq!(specs[1].batch_size, 8);
+        assert_eq!(specs[0].batch_size, Some(8));
+        assert_eq!(specs[1].batch_size, Some(8));
         assert_eq!(specs[1].served_name, "y/b");
         let a = parse(&["aleph", "v2", "--model-id", "a", "--model-id", "b", "--batch-size", "8", "--batch-size", "4"]);
         let specs = a.model_specs().unwrap();
-        assert_eq!((specs[0].batch_size, specs[1].batch_size), (8, 4));
+        assert_eq!((specs[0].batch_size, specs[1].batch_size), (Some(8), Some(4)));
     }
 
     #[test]

@@ -276,17 +276,20 @@ fn load_model(
     if let Some(name) = &spec.default_prompt_name {
         loaded.info.prompts.get(name).map_err(|e| anyhow!("--default-prompt-name for `{}`: {e}", spec.model_id))?;
     }
-    if spec.max_batch_tokens < loaded.info.window {
+    let (batch_size, max_batch_tokens) =
+        spec.batching(loaded.info.backend == aleph_models::Compute::Candle && first_opts.device.on_gpu());
+    if max_batch_tokens < loaded.info.window {
         return Err(anyhow!(
             "--max-batch-tokens {} is smaller than the window of `{}` ({} tokens): one full input would not fit",
-            spec.max_batch_tokens,
+            max_batch_tokens,
             spec.model_id,
             loaded.info.window
         ));
     }
     tracing::info!(
         model = spec.served_name,
-        "loaded {} from {} ({}, dim {}, window {}, {:?} pooling{}) in {:.2} s",
+        "loaded {} from {} ({}, dim {}, window {}, {:?} pooling{}) in {:.2} s; batches of up to {} sequences, {} \
+         tokens{}",
         spec.model_id,
         source,
         loaded.info.architecture,
@@ -294,7 +297,10 @@ fn load_model(
         loaded.info.window,
         loaded.info.pooling,
         if loaded.info.normalize { ", normalized" } else { "" },
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        batch_size,
+        max_batch_tokens,
+        if loaded.info.pads { " (padding counted)" } else { "" }
     );
     // Infinity's data parallelism: a copy per listed GPU; on the CPU the replicas share the weights
     // (the cores are shared anyway), each running its own batches.
@@ -326,8 +332,8 @@ fn load_model(
         );
     }
     let config = HandleConfig {
-        batch_size: spec.batch_size,
-        max_batch_tokens: spec.max_batch_tokens,
+        batch_size,
+        max_batch_tokens,
         queue_size,
         warmup: spec.warmup,
         embedding_dtype: spec.embedding_dtype,

@@ -214,7 +214,7 @@ impl FromStr for Device {
 
 impl Device {
     /// Whether it computes on a GPU (`auto` where one is usable), known without creating the device.
-    fn on_gpu(self) -> bool {
+    pub fn on_gpu(self) -> bool {
         match self {
             Device::Cpu => false,
             Device::Auto => gpu_available(),

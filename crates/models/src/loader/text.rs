@@ -14,7 +14,7 @@ use super::{
 };
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
-use crate::backend::varlen::AttentionKernel;
+use crate::backend::varlen::{AttentionChoice, AttentionKernel};
 use crate::backend::Ops;
 use crate::batch::{Batch, Output};
 use crate::encoder::{Encoder, OnBackend, TokenEncoder};
@@ -110,8 +110,10 @@ impl Setup {
     ) -> Result<LoadedModel, ModelError> {
         let mut info = self.info;
         info.backend = backend;
-        // Aleph's CPU path packs sequences end to end; candle's pads them to the longest.
-        info.pads = backend.pads();
+        // Aleph's CPU path packs sequences end to end; candle's pads them to the longest inside attention,
+        // unless it was asked to run every batch unpadded: then the budget counts real tokens.
+        let unpadded = self.attention.resolve(!self.device.is_cpu()) == Ok(AttentionChoice::Unpadded);
+        info.pads = backend.pads() && !unpadded;
         info.weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { bytes };
         Ok(LoadedModel { model, tokenizer: self.tokenizer, images: None, audio: None, info })
     }
@@ -309,7 +311,9 @@ pub(super) fn load_gte(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Res
 pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: DebertaConfig = read_json(&dir.join("config.json"))?;
     cfg.check()?;
-    let setup = Setup::new(dir, arch, opts, Deberta::<Cpu>::max_len(&cfg), cfg.hidden_size)?;
+    let mut setup = Setup::new(dir, arch, opts, Deberta::<Cpu>::max_len(&cfg), cfg.hidden_size)?;
+    // Its disentangled terms are computed on padded batches only.
+    setup.attention = AttentionKernel::Padded;
     let vb = setup.vb.clone();
     let (encoder, backend) = encoder_of(&cfg, &setup, deberta::root(vb))?;
     let h = cfg.hidden_size;

@@ -242,3 +242,17 @@ fn a_precision_the_backend_does_not_compute_is_refused_at_load() {
         assert_eq!(loaded.info.dtype, DType::Float32);
     }
 }
+
+/// The engine's token budget counts padding where attention pads: candle's padded path (and DeBERTa, padded
+/// whatever is asked), not candle asked to run every batch unpadded, nor Aleph's CPU kernels.
+#[test]
+fn the_token_budget_counts_padding_only_where_attention_pads() {
+    let pads = |name: &str, backend, attention| {
+        let opts = LoadOptions { backend, attention, ..Default::default() };
+        load(&fixtures().join(name), &opts).unwrap().info.pads
+    };
+    assert!(pads("bert-rerank", Backend::Candle, AttentionKernel::Padded));
+    assert!(!pads("bert-rerank", Backend::Candle, AttentionKernel::Unpadded));
+    assert!(pads("deberta-embed", Backend::Candle, AttentionKernel::Unpadded));
+    assert!(!pads("bert-rerank", Backend::Auto, AttentionKernel::Padded));
+}
