@@ -9,6 +9,7 @@ use crate::batch::Batch;
 use crate::error::ModelError;
 use crate::layers::Weights;
 use crate::loader::MappedTensors;
+use crate::pooling::{pool_packed, Pooling};
 
 /// Turns a batch into per-token hidden states. Heads (pooling, classifiers) work on the result.
 pub trait Encoder: Send + Sync {
@@ -16,6 +17,11 @@ pub trait Encoder: Send + Sync {
     /// Bytes of weights held in memory.
     fn weight_bytes(&self) -> u64;
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError>;
+    /// Each sequence's pooled state: on a GPU only these rows leave the device.
+    fn encode_pooled(&self, batch: &Batch, pooling: Pooling) -> Result<Vec<Vec<f32>>, ModelError> {
+        let states = self.encode(batch)?;
+        Ok(pool_packed(&states.data, states.hidden, &batch.cu_seqlens, pooling))
+    }
 }
 
 /// A text encoder family written over [`Ops`] (BERT, ModernBERT, GTE): [`OnBackend`] makes it an [`Encoder`].
@@ -59,6 +65,11 @@ impl<O: Ops, M: TokenEncoder<O>> Encoder for OnBackend<O, M> {
     fn encode(&self, batch: &Batch) -> Result<TokenStates, ModelError> {
         let x = self.model.forward(&self.ops, batch)?;
         Ok(TokenStates { hidden: self.model.hidden_size(), data: self.ops.download(x)? })
+    }
+
+    fn encode_pooled(&self, batch: &Batch, pooling: Pooling) -> Result<Vec<Vec<f32>>, ModelError> {
+        let x = self.model.forward(&self.ops, batch)?;
+        self.ops.pool(x, &batch.cu_seqlens, pooling)
     }
 }
 

@@ -188,6 +188,51 @@ pub enum Head {
 }
 
 impl Head {
+    /// The pooling that is all this batch needs of the token states, if it is: pooling heads, where no output
+    /// asks for per-token states (BGE-M3's sparse and ColBERT outputs, [`OutputKind::Tokens`]).
+    pub fn pooling_alone(&self, batch: &Batch) -> Option<Pooling> {
+        let (pooling, side) = match self {
+            Head::Pool { pooling, side, .. } => (*pooling, side.is_some()),
+            Head::Score { pooling, .. } | Head::Classifier { pooling, .. } => (*pooling, false),
+            Head::MultiVector { .. } => return None,
+        };
+        let needs_tokens =
+            |kind| kind == OutputKind::Tokens || (side && matches!(kind, OutputKind::Sparse | OutputKind::MultiVector));
+        (0..batch.len()).all(|i| !needs_tokens(batch.output(i))).then_some(pooling)
+    }
+
+    /// One output vector per sequence from the pooled states ([`Head::pooling_alone`]).
+    pub fn apply_pooled(&self, pooled: Vec<Vec<f32>>, batch: &Batch) -> Vec<Vec<f32>> {
+        pooled.into_iter().enumerate().map(|(i, v)| self.after_pooling(v, batch.output(i))).collect()
+    }
+
+    /// What a pooling head computes from one pooled state: the embedding's modules, a score or logits.
+    fn after_pooling(&self, pooled: Vec<f32>, kind: OutputKind) -> Vec<f32> {
+        match self {
+            Head::Pool { post, .. } => {
+                let mut v = pooled;
+                for step in post {
+                    match step {
+                        PostStep::Dense(d) => v = d.apply(&v),
+                        PostStep::Normalize if kind != OutputKind::Unnormalized => l2_normalize(&mut v),
+                        PostStep::Normalize => {}
+                    }
+                }
+                v
+            }
+            Head::Score { out, .. } => out.apply(&pooled),
+            Head::Classifier { dense, act, norm, out, .. } => {
+                let mut x = dense.apply(&pooled);
+                x.iter_mut().for_each(|v| *v = act.apply(*v));
+                if let Some(norm) = norm {
+                    norm.apply(&mut x);
+                }
+                out.apply(&x)
+            }
+            Head::MultiVector { .. } => pooled,
+        }
+    }
+
     /// One output vector per sequence.
     pub fn apply(&self, states: &TokenStates, batch: &Batch) -> Vec<Vec<f32>> {
         let h = states.hidden;
@@ -198,6 +243,11 @@ impl Head {
                 if kind == OutputKind::Tokens {
                     return seq.to_vec();
                 }
+                let pool = |pooling: Pooling| {
+                    let mut v = Vec::with_capacity(h);
+                    pool_sequence(pooling, seq, batch.seq_len(i), h, &mut v);
+                    self.after_pooling(v, kind)
+                };
                 match self {
                     Head::Pool { side: Some(side), .. } if kind == OutputKind::Sparse => {
                         let ids = &batch.input_ids[batch.cu_seqlens[i]..batch.cu_seqlens[i + 1]];
@@ -205,18 +255,6 @@ impl Head {
                     }
                     Head::Pool { side: Some(side), .. } if kind == OutputKind::MultiVector => {
                         side.colbert_vectors(seq, h)
-                    }
-                    Head::Pool { pooling, post, .. } => {
-                        let mut v = Vec::with_capacity(h);
-                        pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut v);
-                        for step in post {
-                            match step {
-                                PostStep::Dense(d) => v = d.apply(&v),
-                                PostStep::Normalize if kind != OutputKind::Unnormalized => l2_normalize(&mut v),
-                                PostStep::Normalize => {}
-                            }
-                        }
-                        v
                     }
                     Head::MultiVector { proj } => seq
                         .chunks_exact(h)
@@ -226,20 +264,8 @@ impl Head {
                             v
                         })
                         .collect(),
-                    Head::Score { pooling, out } => {
-                        let mut pooled = Vec::with_capacity(h);
-                        pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut pooled);
-                        out.apply(&pooled)
-                    }
-                    Head::Classifier { pooling, dense, act, norm, out } => {
-                        let mut pooled = Vec::with_capacity(h);
-                        pool_sequence(*pooling, seq, batch.seq_len(i), h, &mut pooled);
-                        let mut x = dense.apply(&pooled);
-                        x.iter_mut().for_each(|v| *v = act.apply(*v));
-                        if let Some(norm) = norm {
-                            norm.apply(&mut x);
-                        }
-                        out.apply(&x)
+                    Head::Pool { pooling, .. } | Head::Score { pooling, .. } | Head::Classifier { pooling, .. } => {
+                        pool(*pooling)
                     }
                 }
             })
@@ -256,6 +282,34 @@ mod tests {
         let l = HostLinear { w: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], b: vec![0.5, -1.0], inp: 3 };
         assert_eq!(l.apply(&[1.0, 0.0, -1.0]), vec![-1.5, -3.0]);
         assert_eq!(l.out_dim(), 2);
+    }
+
+    /// A batch that asks only for pooled outputs is pooled where the states are, to the same answer as pooling
+    /// every token's state on the host; one that asks for token states is not.
+    #[test]
+    fn pooled_heads_answer_from_pooled_states_as_from_token_states() {
+        let ident = HostLinear { w: vec![1.0, 0.0, 0.0, 1.0], b: vec![0.0, 0.0], inp: 2 };
+        let head = Head::Pool { pooling: Pooling::Mean, post: vec![PostStep::Normalize], side: None };
+        let score = Head::Score { pooling: Pooling::LastToken, out: ident };
+        let mut b = Batch::new();
+        b.push(&[1, 2], &[0, 0]);
+        b.push_as(&[3], &[0], OutputKind::Unnormalized);
+        let states = TokenStates { hidden: 2, data: vec![1.0, 2.0, 3.0, 6.0, -4.0, 3.0] };
+        for head in [&head, &score] {
+            let pooling = head.pooling_alone(&b).unwrap();
+            let pooled = crate::pooling::pool_packed(&states.data, 2, &b.cu_seqlens, pooling);
+            assert_eq!(head.apply_pooled(pooled, &b), head.apply(&states, &b));
+        }
+        // The mean of (1, 2) and (3, 6), normalized; the second output asked to stay unnormalized.
+        let out = head.apply(&states, &b);
+        let want = [[1.0 / 5f32.sqrt(), 2.0 / 5f32.sqrt()], [-4.0, 3.0]];
+        assert!(out.iter().flatten().zip(want.iter().flatten()).all(|(g, w)| (g - w).abs() < 1e-6), "{out:?}");
+        b.push_as(&[4], &[0], OutputKind::Tokens);
+        assert_eq!(head.pooling_alone(&b), None);
+        assert_eq!(
+            Head::MultiVector { proj: HostLinear { w: vec![1.0], b: vec![0.0], inp: 1 } }.pooling_alone(&Batch::new()),
+            None
+        );
     }
 
     #[test]

@@ -99,6 +99,18 @@ pub fn pool_sequence(pooling: Pooling, states: &[f32], len: usize, hidden: usize
 }
 
 /// Scales `v` to unit L2 norm, as sentence-transformers' `Normalize` does (eps 1e-12).
+/// Each sequence's pooled row of `data` (`[tokens, width]` row-major, packed by `cu_seqlens`).
+pub fn pool_packed(data: &[f32], width: usize, cu_seqlens: &[usize], pooling: Pooling) -> Vec<Vec<f32>> {
+    cu_seqlens
+        .windows(2)
+        .map(|w| {
+            let mut v = Vec::with_capacity(width);
+            pool_sequence(pooling, &data[w[0] * width..w[1] * width], w[1] - w[0], width, &mut v);
+            v
+        })
+        .collect()
+}
+
 pub fn l2_normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
     v.iter_mut().for_each(|x| *x /= norm);

@@ -15,6 +15,7 @@ use super::varlen::{self, AttentionChoice, VarlenAttention};
 use super::{Activation, AttentionSpec, Disentangled, Norm, NormKind, Ops, Post, ScoreBias};
 use crate::error::{weights, ModelError};
 use crate::loader::Compute;
+use crate::pooling::{pool_packed, Pooling};
 
 pub struct Candle {
     device: Device,
@@ -326,6 +327,51 @@ impl Ops for Candle {
             })
         })()
         .map_err(forward_err)
+    }
+
+    /// On the device, in f32: first or last rows picked, or a weighted sum per sequence (`index_add` by
+    /// sequence), scaled by its total. Max pooling and empty sequences take the host's way.
+    fn pool(&self, x: Tensor, cu_seqlens: &[usize], pooling: Pooling) -> Result<Vec<Vec<f32>>, ModelError> {
+        let lens: Vec<usize> = cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
+        if pooling == Pooling::Max || lens.contains(&0) {
+            let width = self.dims(&x).1;
+            return Ok(pool_packed(&self.download(x)?, width, cu_seqlens, pooling));
+        }
+        let dev = &self.device;
+        let rows = |r: Vec<u32>| -> candle_core::Result<Tensor> {
+            let n = r.len();
+            x.index_select(&Tensor::from_vec(r, n, dev)?, 0)?.to_dtype(DType::F32)
+        };
+        let run = || -> candle_core::Result<Tensor> {
+            match pooling {
+                Pooling::Cls => rows(cu_seqlens[..lens.len()].iter().map(|&c| c as u32).collect()),
+                Pooling::LastToken => rows(cu_seqlens[1..].iter().map(|&c| c as u32 - 1).collect()),
+                _ => {
+                    let (tokens, width) = x.dims2()?;
+                    let mut seq_of = Vec::with_capacity(tokens);
+                    let mut weight = Vec::with_capacity(tokens);
+                    for (i, &len) in lens.iter().enumerate() {
+                        seq_of.extend(std::iter::repeat_n(i as u32, len));
+                        weight.extend((1..=len).map(|t| if pooling == Pooling::WeightedMean { t as f32 } else { 1.0 }));
+                    }
+                    let total = |len: usize| match pooling {
+                        Pooling::MeanSqrtLen => (len as f32).sqrt(),
+                        Pooling::WeightedMean => (len * (len + 1) / 2) as f32,
+                        _ => len as f32,
+                    };
+                    let inv: Vec<f32> = lens.iter().map(|&l| 1.0 / total(l)).collect();
+                    let wide = x.to_dtype(DType::F32)?.broadcast_mul(&Tensor::from_vec(weight, (tokens, 1), dev)?)?;
+                    let sums = Tensor::zeros((lens.len(), width), DType::F32, dev)?.index_add(
+                        &Tensor::from_vec(seq_of, tokens, dev)?,
+                        &wide,
+                        0,
+                    )?;
+                    sums.broadcast_mul(&Tensor::from_vec(inv, (lens.len(), 1), dev)?)
+                }
+            }
+        };
+        let pooled = run().map_err(forward_err)?;
+        self.download_rows(pooled)
     }
 
     fn embed(&self, out: &mut Tensor, width: usize, tables: &[(&Tensor, &[u32])]) -> Result<(), ModelError> {

@@ -2,9 +2,12 @@
 
 use candle_core::{Device, Tensor};
 
+use crate::pooling::Pooling;
+
 use super::candle::Candle;
 use super::cpu::Cpu;
 use super::record::Recording;
+use super::varlen::AttentionChoice;
 use super::{Activation, AttentionSpec, Disentangled, Norm, NormKind, Ops, Post, RelativeBias, ScoreBias};
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -481,8 +484,46 @@ fn long_sequences<O: Ops>(o: &O, name: &str, slack: f64) {
     close(&o.host(&y).unwrap(), &want, 1e-5 + slack, &format!("{name} long, relative bias"));
 }
 
+/// Every pooling over packed sequences (one of them empty), against sentence-transformers' formulas.
+fn pools<O: Ops>(o: &O, name: &str, slack: f64) {
+    let width = 6;
+    for cu in [vec![0usize, 1, 5, 12], vec![0, 3, 3, 7]] {
+        let tokens = *cu.last().unwrap();
+        let data = values(tokens * width, 41);
+        for pooling in
+            [Pooling::Mean, Pooling::Cls, Pooling::LastToken, Pooling::Max, Pooling::MeanSqrtLen, Pooling::WeightedMean]
+        {
+            let x = o.upload(tokens, width, data.clone()).unwrap();
+            let got = o.pool(x, &cu, pooling).unwrap();
+            assert_eq!(got.len(), cu.len() - 1, "{name} {pooling:?}");
+            for (i, w) in cu.windows(2).enumerate() {
+                let rows: Vec<&[f32]> = data[w[0] * width..w[1] * width].chunks(width).collect();
+                let n = rows.len();
+                let want: Vec<f64> = (0..width)
+                    .map(|c| {
+                        let col = rows.iter().map(|r| r[c] as f64);
+                        match (pooling, n) {
+                            (_, 0) => 0.0,
+                            (Pooling::Cls, _) => rows[0][c] as f64,
+                            (Pooling::LastToken, _) => rows[n - 1][c] as f64,
+                            (Pooling::Max, _) => col.fold(f64::MIN, f64::max),
+                            (Pooling::Mean, _) => col.sum::<f64>() / n as f64,
+                            (Pooling::MeanSqrtLen, _) => col.sum::<f64>() / (n as f64).sqrt(),
+                            (Pooling::WeightedMean, _) => {
+                                col.enumerate().map(|(t, v)| (t + 1) as f64 * v).sum::<f64>() / (n * (n + 1) / 2) as f64
+                            }
+                        }
+                    })
+                    .collect();
+                close(&got[i], &want, 1e-6 + slack, &format!("{name} {pooling:?} of {cu:?}, sequence {i}"));
+            }
+        }
+    }
+}
+
 /// `o` against the formulas, each check's tolerance widened by `slack` for a backend that rounds to half width.
 fn conforms<O: Ops>(o: &O, name: &str, slack: f64) {
+    pools(o, name, slack);
     long_sequences(o, name, slack);
     head_norms(o, name, slack);
     windows(o, name, slack);
@@ -529,6 +570,9 @@ fn bf16_attention_stays_within_rounding_of_the_formula() {
 #[test]
 fn the_candle_backend_computes_the_formulas() {
     conforms(&Candle::new(Device::Cpu), "candle", 0.0);
+    // Attention over packed sequences (what a GPU runs), on candle's CPU device.
+    let unpadded = Candle::new(Device::Cpu).with_attention(AttentionChoice::Unpadded).unwrap();
+    conforms(&unpadded, "candle unpadded", 0.0);
 }
 
 /// Half widths on candle: weights and activations rounded to f16 (11 significant bits) or bf16 (8), the norms

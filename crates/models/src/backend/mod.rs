@@ -25,6 +25,7 @@ use candle_core::Tensor;
 
 use crate::error::ModelError;
 use crate::loader::{Compute, MappedMatrix};
+use crate::pooling::{pool_packed, Pooling};
 
 /// The activations transformers names in `hidden_act` (its `ACT2FN` table) that Aleph computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,6 +266,13 @@ pub trait Ops: Send + Sync + Sized + 'static {
         Ok(self.download(x)?.chunks(width).map(<[f32]>::to_vec).collect())
     }
     fn seqs(&self, cu_seqlens: &[usize]) -> Result<Self::Seqs, ModelError>;
+    /// Each sequence's pooled row of `x` (`[tokens, width]`, packed by `cu_seqlens`), on the host. A backend on
+    /// a device pools there, so only `[sequences, width]` comes back; this default moves `x` to the host and
+    /// pools it there.
+    fn pool(&self, x: Self::T, cu_seqlens: &[usize], pooling: Pooling) -> Result<Vec<Vec<f32>>, ModelError> {
+        let width = self.dims(&x).1;
+        Ok(pool_packed(&self.download(x)?, width, cu_seqlens, pooling))
+    }
 
     /// `out[r] = Σ_k tables[k].0[tables[k].1[r]]`: rows gathered from each `width`-wide table and summed,
     /// in the order given. Every id list has the same length; callers check ids against the tables.

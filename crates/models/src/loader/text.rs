@@ -613,6 +613,11 @@ impl Model for EncoderModel {
         if batch.is_empty() {
             return Ok(Output::default());
         }
+        // Pooled where the states are, when pooling is all the batch needs of them.
+        if let Some(pooling) = self.head.pooling_alone(batch) {
+            let pooled = self.encoder.encode_pooled(batch, pooling)?;
+            return Ok(Output { vectors: self.head.apply_pooled(pooled, batch) });
+        }
         let states = self.encoder.encode(batch)?;
         Ok(Output { vectors: self.head.apply(&states, batch) })
     }
