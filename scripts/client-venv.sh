@@ -25,7 +25,9 @@ if [ ! -f "$venv/.complete" ]; then
   # infinity_client pins httpx<0.28, which LiteLLM (>=0.28) excludes; it runs fine on 0.28, so it goes in
   # without its dependency metadata (its other dependencies, attrs and python-dateutil, are in $req).
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$nodeps"
-  if "$venv/bin/python" -m pip list 2>/dev/null | grep -qi torch; then
+  # The listing is read whole: `pip list | grep -q` would close the pipe at the first match, and under
+  # pipefail pip's failure to write on would hide the very match.
+  if grep -qi torch <<<"$("$venv/bin/python" -m pip list 2>/dev/null)"; then
     echo "client-tests: torch was pulled into the venv; a pin needs fixing"
     exit 1
   fi

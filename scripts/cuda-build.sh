@@ -61,7 +61,7 @@ fi
 cuda_home=$("$toolkit_venv/bin/python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13"))')
 export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home" CUDA_ROOT="$cuda_home" CUDA_COMPUTE_CAP="$cap"
 export PATH="$cuda_home/bin:$PATH"
-nvcc --version | grep -q "release 13.0" || { echo "cuda-build: nvcc is not 13.0" >&2; exit 1; }
+[[ "$(nvcc --version)" == *"release 13.0"* ]] || { echo "cuda-build: nvcc is not 13.0" >&2; exit 1; }
 
 # --- patched copies of cudarc and candle-kernels -----------------------------------------------------------
 locked_version() { # crate -> the version Cargo.lock pins (the newest, where several are locked)
