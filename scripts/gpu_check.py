@@ -7,7 +7,8 @@ and may have no numpy or torch).
   (b) parity: random models at real shapes (scripts/make_shaped_model.py) served on the device at each dtype,
       against the same binary on the CPU at float32 (Aleph's kernels): the least cosine over real sentences;
   (c) speed: `aleph bench` in-process (batch sizes x lengths) and over HTTP (concurrency levels) on the device,
-      with the device's peak memory (nvidia-smi) while each runs; unpadded attention, then padded at fp16;
+      with the device's peak memory (nvidia-smi) while each runs; unpadded attention, then padded at fp16; the
+      tokenizer pool alone on 1 thread and on every core;
   (d) yardstick: where PyTorch is installed, fp16 SDPA encoders of the same shapes on the same device.
 
 Prints one table per step and writes everything to OUT/gpu-check.json.
@@ -222,6 +223,23 @@ def bench(args, shape, model, attention, dtypes):
     return {"shape": shape, "attention": attention, "peak_device_mib": mem.peak, **report}
 
 
+def tokenizer_pool(args, model):
+    """The tokenizer pool alone (`aleph bench --mode tokenize`) on 1 thread and on every core: whether it keeps
+    the device fed. The shaped models borrow a fixture's WordPiece tokenizer."""
+    rows = []
+    for workers in sorted({1, os.cpu_count() or 1}):
+        cmd = [args.aleph, "bench", "--model-id", str(model), "--device", "cpu", "--mode", "tokenize",
+               "--dtypes", "float32", "--seconds", str(max(args.seconds, 1.0)), "--tokenizer-workers", str(workers),
+               "--no-model-warmup", "--json"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.step_timeout)
+        if run.returncode != 0:
+            return {"error": run.stderr[-2000:]}
+        rows.extend(json.loads(run.stdout)["tokenize"])
+    table("(c) tokenizer pool", ["threads", "sentences/s", "tokens/s"],
+          [[r["workers"], f"{r['sentences_per_s']:.0f}", f"{r['tokens_per_s']:.0f}"] for r in rows])
+    return rows
+
+
 def speed(args):
     """Each shape at every bench dtype with the device's default attention, then (`--attentions`) the other
     attention at the first bench dtype: unpadded against padded, side by side on one device."""
@@ -239,6 +257,11 @@ def speed(args):
              f"{x['p99_ms']:.2f}", x["errors"]] for r in results for x in r.get("http", [])]
     table(f"(c) over HTTP on {args.device}", ["shape", "attention", "dtype", "concurrency", "sentences/s", "p50 ms",
                                               "p99 ms", "errors"], rows)
+    pool = tokenizer_pool(args, shaped_model(args, args.shapes[0]))
+    if isinstance(pool, dict):
+        results.append({"shape": args.shapes[0], "attention": "-", **pool})
+    else:
+        results.append({"shape": args.shapes[0], "tokenizer_pool": pool})
     return results
 
 

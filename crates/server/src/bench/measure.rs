@@ -12,7 +12,7 @@ use bytes::Bytes;
 use indicatif::ProgressBar;
 
 use super::inputs::texts_of_length;
-use super::report::{HttpRow, InProcessRow};
+use super::report::{HttpRow, InProcessRow, TokenizeRow};
 use super::Plan;
 use crate::cli::ServeArgs;
 use crate::http;
@@ -75,6 +75,59 @@ pub async fn in_process(
         }
     }
     Ok(rows)
+}
+
+/// Sentences per tokenizer job in [`tokenize`].
+const TOKENIZE_CHUNK: usize = 32;
+
+/// The tokenizer pool alone: chunks of corpus sentences tokenized by `pool`'s threads, two chunks per thread in
+/// flight, for `plan.seconds`; what the pool can feed the model's batches.
+pub async fn tokenize(
+    handle: &ModelHandle,
+    pool: &Arc<TokenizerPool>,
+    plan: &Plan,
+    bar: &ProgressBar,
+) -> anyhow::Result<TokenizeRow> {
+    bar.set_message(format!("{}: tokenizer pool", handle.name()));
+    let tokenizer = Arc::new(handle.tokenizer().clone());
+    let corpus = Arc::new(plan.corpus.clone());
+    let job = |k: usize| {
+        let (tokenizer, corpus, pool) = (tokenizer.clone(), corpus.clone(), pool.clone());
+        async move {
+            pool.run(move || {
+                let mut tokens = 0;
+                for j in 0..TOKENIZE_CHUNK {
+                    tokens += tokenizer.encode(&corpus[(k * TOKENIZE_CHUNK + j) % corpus.len()])?.ids.len();
+                }
+                Ok::<usize, aleph_models::ModelError>(tokens)
+            })
+            .await
+        }
+    };
+    let mut jobs = tokio::task::JoinSet::new();
+    let t0 = Instant::now();
+    for k in 0..2 * pool.workers() {
+        jobs.spawn(job(k));
+    }
+    let (mut next, mut sentences, mut tokens) = (2 * pool.workers(), 0, 0);
+    while let Some(done) = jobs.join_next().await {
+        tokens += done?.ok_or_else(|| anyhow!("a tokenizer job panicked"))??;
+        sentences += TOKENIZE_CHUNK;
+        if t0.elapsed() < plan.seconds {
+            jobs.spawn(job(next));
+            next += 1;
+        }
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    bar.inc(1);
+    Ok(TokenizeRow {
+        model: handle.name().to_string(),
+        workers: pool.workers(),
+        sentences,
+        seconds,
+        sentences_per_s: sentences as f64 / seconds,
+        tokens_per_s: tokens as f64 / seconds,
+    })
 }
 
 /// One call as its route would make it (a reranker scores the documents against a query); the tokens fed.

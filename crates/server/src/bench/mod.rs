@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::cli::{ModelSpec, ServeArgs};
 use crate::startup::Loader;
 
-pub use report::{BenchReport, HttpRow, InProcessRow, VariantRow};
+pub use report::{BenchReport, HttpRow, InProcessRow, TokenizeRow, VariantRow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -28,6 +28,8 @@ pub enum Mode {
     InProcess,
     /// Requests over HTTP to the real router on a local port.
     Http,
+    /// The tokenizer pool alone (`--tokenizer-workers` threads): the sentences per second it can feed a model.
+    Tokenize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -43,7 +45,8 @@ pub struct BenchArgs {
     )]
     pub dtypes: Vec<String>,
 
-    /// What to measure: in-process (batch sizes × lengths), http (concurrency levels), or both.
+    /// What to measure: in-process (batch sizes × lengths), http (concurrency levels), tokenize (the tokenizer
+    /// pool alone, once per model), or several.
     #[arg(
         long,
         env = "ALEPH_BENCH_MODE",
@@ -120,6 +123,7 @@ struct Plan {
     seconds: Duration,
     in_process: bool,
     http: bool,
+    tokenize: bool,
 }
 
 impl BenchArgs {
@@ -153,6 +157,7 @@ impl BenchArgs {
         };
         let in_process = self.mode.contains(&Mode::InProcess);
         let http = self.mode.contains(&Mode::Http);
+        let tokenize = self.mode.contains(&Mode::Tokenize);
         if self.plot.is_some() && !http {
             bail!("--plot draws the HTTP measurements: keep `http` in --mode");
         }
@@ -165,7 +170,7 @@ impl BenchArgs {
         if self.request_size == 0 {
             bail!("--request-size must be at least 1");
         }
-        let corpus = match &self.corpus {
+        let corpus: Vec<String> = match &self.corpus {
             Some(path) => aleph_bench::load_sentences(&path.to_string_lossy())?,
             // Both sentences of each STS-B test pair, in file order.
             None => {
@@ -173,6 +178,9 @@ impl BenchArgs {
                 pairs.first.into_iter().zip(pairs.second).flat_map(|(a, b)| [a, b]).collect()
             }
         };
+        if corpus.is_empty() {
+            bail!("--corpus: no sentences in it");
+        }
         Ok(Plan {
             variants,
             corpus,
@@ -183,6 +191,7 @@ impl BenchArgs {
             seconds: Duration::from_secs_f64(self.seconds),
             in_process,
             http,
+            tokenize,
         })
     }
 }
@@ -196,7 +205,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let pool = Arc::new(TokenizerPool::new(workers));
     let loader = Arc::new(Loader::new(&args.models, pool.clone()));
     let cells = plan.in_process as usize * plan.batch_sizes.len() * plan.lengths.len()
-        + plan.http as usize * plan.concurrency.len();
+        + plan.http as usize * plan.concurrency.len()
+        + plan.tokenize as usize;
     let bar = progress(!args.json, (plan.variants.len() * cells) as u64);
     let mut report = BenchReport { machine: report::machine(), ..Default::default() };
     // One variant loaded at a time: comparing large models needs only the memory of the largest.
@@ -225,6 +235,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("benchmarking `{}` in-process", spec.served_name))?;
             report.in_process.extend(rows);
+        }
+        // The tokenizer is the model's whatever its dtype: measured at its first one.
+        if plan.tokenize && !report.tokenize.iter().any(|r| r.model == spec.served_name) {
+            let row = measure::tokenize(&handle, &pool, &plan, &bar)
+                .await
+                .with_context(|| format!("benchmarking `{}`'s tokenizer", spec.served_name))?;
+            report.tokenize.push(row);
         }
         if plan.http {
             let rows = measure::over_http(&handle, &args.models, pool.clone(), &plan, dtype, &bar)

@@ -15,6 +15,7 @@ pub struct BenchReport {
     pub variants: Vec<VariantRow>,
     pub in_process: Vec<InProcessRow>,
     pub http: Vec<HttpRow>,
+    pub tokenize: Vec<TokenizeRow>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -98,6 +99,17 @@ pub struct InProcessRow {
     /// Per call.
     pub p50_ms: f64,
     pub p90_ms: f64,
+}
+
+/// The tokenizer pool alone: corpus sentences tokenized by `workers` threads, as fast as they go.
+#[derive(Debug, Serialize)]
+pub struct TokenizeRow {
+    pub model: String,
+    pub workers: usize,
+    pub sentences: usize,
+    pub seconds: f64,
+    pub sentences_per_s: f64,
+    pub tokens_per_s: f64,
 }
 
 /// Requests of `request_size` corpus sentences, `concurrency` in flight.
@@ -208,6 +220,15 @@ impl BenchReport {
                     }
                     out.push('\n');
                 }
+            }
+            if let Some(t) = self.tokenize.iter().find(|r| r.model == model) {
+                let _ = writeln!(
+                    out,
+                    "\nTokenizer pool, `{model}`: {} sentences/s ({} tokens/s) on {} threads",
+                    significant(t.sentences_per_s),
+                    significant(t.tokens_per_s),
+                    t.workers
+                );
             }
             let rows: Vec<&HttpRow> = self.http.iter().filter(|r| r.model == model).collect();
             if let Some(first) = rows.first() {

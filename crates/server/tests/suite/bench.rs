@@ -216,3 +216,30 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// `--mode tokenize`: the tokenizer pool alone, once per model whatever its dtypes, on the threads asked for.
+#[test]
+fn the_tokenizer_pool_is_measured_alone_once_per_model() {
+    let report = bench_json(&[
+        "--model-id",
+        &minilm(),
+        "--no-model-warmup",
+        "--mode",
+        "tokenize",
+        "--dtypes",
+        "float32,bfloat16",
+        "--seconds",
+        "0.2",
+        "--tokenizer-workers",
+        "2",
+    ]);
+    assert!(rows(&report, "in_process").is_empty() && rows(&report, "http").is_empty());
+    let t = rows(&report, "tokenize");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(num(&t[0], "workers"), 2.0);
+    // The first two jobs per thread, 32 sentences each, at least.
+    assert!(num(&t[0], "sentences") >= 128.0, "{t:?}");
+    // STS-B's sentences are about 14 MiniLM tokens each, special tokens included.
+    let per_sentence = num(&t[0], "tokens_per_s") / num(&t[0], "sentences_per_s");
+    assert!((8.0..30.0).contains(&per_sentence), "{per_sentence}");
+}
