@@ -27,6 +27,8 @@ use crate::memory;
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let specs = args.model_specs().map_err(|e| anyhow!(e))?;
+    // A misspelt ALEPH_ATTENTION stops the start on every build, not only where candle would read it.
+    aleph_models::AttentionKernel::Auto.resolve(false).map_err(|e| anyhow!(e))?;
     let ignored = args.no_effect_flags();
     if !ignored.is_empty() {
         tracing::info!(

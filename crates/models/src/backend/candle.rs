@@ -148,16 +148,14 @@ pub struct Linear {
 /// What a mask depends on: (causal, window).
 type MaskKey = (bool, Option<usize>);
 
-/// A batch's layout for padded attention.
+/// A batch's layout: its cumulative lengths, the packed form unpadded attention reads, and the padded
+/// rectangle, built only when a layer first pads (an unpadded batch never uploads it).
 pub struct Seqs {
     batch: usize,
     len: usize,
-    /// For each of the `batch · len` padded slots, the packed row it reads (padding reads row 0).
-    gather: Tensor,
-    /// For each packed row, its padded slot.
-    scatter: Tensor,
-    /// `[batch, 1, 1, len]`: 0 for real keys, a huge negative for padding.
-    key_mask: Tensor,
+    cu_seqlens: Vec<usize>,
+    device: Device,
+    padded: std::sync::OnceLock<PaddedLayout>,
     /// `[len, len]`: 0 where a query may see a key (causally, or within a window), a huge negative
     /// elsewhere; built when first needed, per (causal, window).
     masks: std::sync::Mutex<Vec<(MaskKey, Tensor)>>,
@@ -165,7 +163,48 @@ pub struct Seqs {
     packed: Option<(Tensor, Tensor)>,
 }
 
+/// Where each packed row sits in the `[batch, len]` rectangle of padded attention.
+struct PaddedLayout {
+    /// For each of the `batch · len` padded slots, the packed row it reads (padding reads row 0).
+    gather: Tensor,
+    /// For each packed row, its padded slot.
+    scatter: Tensor,
+    /// `[batch, 1, 1, len]`: 0 for real keys, a huge negative for padding.
+    key_mask: Tensor,
+}
+
 impl Seqs {
+    /// The padded layout, uploaded the first time a layer asks for it.
+    fn padded(&self) -> candle_core::Result<&PaddedLayout> {
+        if let Some(p) = self.padded.get() {
+            return Ok(p);
+        }
+        let (batch, len, cu) = (self.batch, self.len, &self.cu_seqlens);
+        let mut gather = vec![0u32; batch * len];
+        let mut scatter = Vec::with_capacity(cu.last().copied().unwrap_or(0));
+        let mut key_mask = vec![f32::MIN; batch * len];
+        for i in 0..batch {
+            for (t, row) in (cu[i]..cu[i + 1]).enumerate() {
+                gather[i * len + t] = row as u32;
+                scatter.push((i * len + t) as u32);
+                key_mask[i * len + t] = 0.0;
+            }
+        }
+        let dev = &self.device;
+        let rows = scatter.len();
+        let layout = PaddedLayout {
+            gather: Tensor::from_vec(gather, batch * len, dev)?,
+            scatter: Tensor::from_vec(scatter, rows, dev)?,
+            key_mask: Tensor::from_vec(key_mask, (batch, 1, 1, len), dev)?,
+        };
+        // A layer on another thread may have built it meanwhile; either copy is the same.
+        Ok(self.padded.get_or_init(|| layout))
+    }
+
+    fn rows(&self) -> usize {
+        self.cu_seqlens.last().copied().unwrap_or(0)
+    }
+
     /// The `[len, len]` mask of what each query may see under `spec` (causal, windowed), cached.
     fn mask(&self, spec: &AttentionSpec, device: &Device) -> candle_core::Result<Tensor> {
         let key = (spec.causal, spec.window);
@@ -290,43 +329,36 @@ impl Ops for Candle {
     fn seqs(&self, cu_seqlens: &[usize]) -> Result<Seqs, ModelError> {
         let batch = cu_seqlens.len().saturating_sub(1);
         let len = (0..batch).map(|i| cu_seqlens[i + 1] - cu_seqlens[i]).max().unwrap_or(0);
-        let mut gather = vec![0u32; batch * len];
-        let mut scatter = Vec::with_capacity(cu_seqlens.last().copied().unwrap_or(0));
-        let mut key_mask = vec![f32::MIN; batch * len];
-        for i in 0..batch {
-            for (t, row) in (cu_seqlens[i]..cu_seqlens[i + 1]).enumerate() {
-                gather[i * len + t] = row as u32;
-                scatter.push((i * len + t) as u32);
-                key_mask[i * len + t] = 0.0;
-            }
-        }
+        let unpadded = match self.attention {
+            AttentionChoice::Padded => false,
+            AttentionChoice::Unpadded => true,
+            AttentionChoice::ByPadding => varlen::pays_off(cu_seqlens),
+        };
         let dev = &self.device;
-        let scatter_len = scatter.len();
-        (|| {
-            let unpadded = match self.attention {
-                AttentionChoice::Padded => false,
-                AttentionChoice::Unpadded => true,
-                AttentionChoice::ByPadding => varlen::pays_off(cu_seqlens),
-            };
-            let packed = if unpadded {
-                let cu: Vec<u32> = cu_seqlens.iter().map(|&c| c as u32).collect();
-                let tiles = varlen::tiles(cu_seqlens);
-                let n = tiles.len();
-                Some((Tensor::from_vec(cu, cu_seqlens.len(), dev)?, Tensor::from_vec(tiles, n, dev)?))
-            } else {
-                None
-            };
-            Ok(Seqs {
-                batch,
-                len,
-                gather: Tensor::from_vec(gather, batch * len, dev)?,
-                scatter: Tensor::from_vec(scatter, scatter_len, dev)?,
-                key_mask: Tensor::from_vec(key_mask, (batch, 1, 1, len), dev)?,
-                masks: Default::default(),
-                packed,
-            })
-        })()
-        .map_err(forward_err)
+        let packed = if unpadded {
+            let cu: Vec<u32> = cu_seqlens.iter().map(|&c| c as u32).collect();
+            let tiles = varlen::tiles(cu_seqlens);
+            let n = tiles.len();
+            (|| {
+                Ok::<_, candle_core::Error>((
+                    Tensor::from_vec(cu, cu_seqlens.len(), dev)?,
+                    Tensor::from_vec(tiles, n, dev)?,
+                ))
+            })()
+            .map(Some)
+            .map_err(forward_err)?
+        } else {
+            None
+        };
+        Ok(Seqs {
+            batch,
+            len,
+            cu_seqlens: cu_seqlens.to_vec(),
+            device: dev.clone(),
+            padded: Default::default(),
+            masks: Default::default(),
+            packed,
+        })
     }
 
     /// On the device, in f32: first or last rows picked, or a weighted sum per sequence (`index_add` by
@@ -561,7 +593,8 @@ impl Ops for Candle {
         let (b, l) = (seqs.batch, seqs.len);
         let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *spec;
         let run = || -> candle_core::Result<Tensor> {
-            let padded = qkv.contiguous()?.index_select(&seqs.gather, 0)?.reshape((b, l, spec.qkv_width()))?;
+            let layout = seqs.padded()?;
+            let padded = qkv.contiguous()?.index_select(&layout.gather, 0)?.reshape((b, l, spec.qkv_width()))?;
             // [b, l, n·hd] columns from `start` heads on → [b, n, l, hd].
             let part = |start: usize, n: usize| -> candle_core::Result<Tensor> {
                 padded.narrow(2, start * hd, n * hd)?.reshape((b, l, n, hd))?.transpose(1, 2)?.contiguous()
@@ -577,7 +610,7 @@ impl Ops for Candle {
                 v = repeat(v)?;
             }
             // Scores, masks and softmax in f32; the products at the backend's width.
-            let mut scores = self.mm(&q, &k.t()?)?.to_dtype(DType::F32)?.broadcast_add(&seqs.key_mask)?;
+            let mut scores = self.mm(&q, &k.t()?)?.to_dtype(DType::F32)?.broadcast_add(&layout.key_mask)?;
             if let Some(d) = &disentangled {
                 // `q` is already scaled; the key side is scaled here, as both terms share the one scale.
                 scores = (scores + self.disentangled(d, &q, &(k.clone() * spec.scale as f64)?, spec, b, l)?)?;
@@ -590,10 +623,10 @@ impl Ops for Candle {
             }
             let probs = softmax_to(&scores, self.dtype)?;
             let ctx = self.mm(&probs, &v.contiguous()?)?.transpose(1, 2)?.reshape((b * l, spec.out_width()))?;
-            ctx.index_select(&seqs.scatter, 0)
+            ctx.index_select(&layout.scatter, 0)
         };
         let dims = qkv.dims2().map_err(forward_err)?;
-        if dims.1 != spec.qkv_width() || dims.0 != seqs.scatter.dim(0).map_err(forward_err)? {
+        if dims.1 != spec.qkv_width() || dims.0 != seqs.rows() {
             return Err(ModelError::Forward("attention input does not fit its layout".into()));
         }
         *out = run().map_err(forward_err)?;
@@ -612,12 +645,13 @@ impl Ops for Candle {
         let (b, l) = (seqs.batch, seqs.len);
         let AttentionSpec { heads, kv_heads, head_dim: hd, .. } = *spec;
         if q.dims2().map_err(forward_err)? != (b, heads * hd)
-            || kv.dims2().map_err(forward_err)? != (seqs.scatter.dim(0).map_err(forward_err)?, 2 * kv_heads * hd)
+            || kv.dims2().map_err(forward_err)? != (seqs.rows(), 2 * kv_heads * hd)
         {
             return Err(ModelError::Forward("pooled attention inputs do not fit their layout".into()));
         }
         let run = || -> candle_core::Result<Tensor> {
-            let padded = kv.contiguous()?.index_select(&seqs.gather, 0)?.reshape((b, l, 2 * kv_heads * hd))?;
+            let layout = seqs.padded()?;
+            let padded = kv.contiguous()?.index_select(&layout.gather, 0)?.reshape((b, l, 2 * kv_heads * hd))?;
             let part = |start: usize| -> candle_core::Result<Tensor> {
                 let t = padded.narrow(2, start * hd, kv_heads * hd)?.reshape((b, l, kv_heads, hd))?.transpose(1, 2)?;
                 if kv_heads < heads {
@@ -629,7 +663,7 @@ impl Ops for Candle {
             };
             let (k, v) = (part(0)?, part(kv_heads)?);
             let q = (q.reshape((b, heads, 1, hd))? * spec.scale as f64)?;
-            let scores = self.mm(&q, &k.t()?)?.to_dtype(DType::F32)?.broadcast_add(&seqs.key_mask)?;
+            let scores = self.mm(&q, &k.t()?)?.to_dtype(DType::F32)?.broadcast_add(&layout.key_mask)?;
             let probs = softmax_to(&scores, self.dtype)?;
             self.mm(&probs, &v)?.reshape((b, heads * hd))
         };

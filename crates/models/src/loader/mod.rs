@@ -18,6 +18,7 @@ use candle_nn::VarBuilder;
 use crate::backend::candle::Candle;
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
+use crate::backend::varlen::AttentionChoice;
 pub use crate::backend::varlen::AttentionKernel;
 use crate::batch::{Batch, Output};
 use crate::config::ArchConfig;
@@ -768,13 +769,17 @@ fn cpu_kernels(dtype: DType) -> Cpu {
 /// candle at the resolved `dtype` on `device` (see [`compute_dtype`]), its attention as `attention` resolves
 /// there (on a GPU, unpadded for the batches padding would cost most).
 fn candle_ops(device: &candle_core::Device, dtype: DType, attention: AttentionKernel) -> Result<Candle, ModelError> {
+    candle_with(device, dtype, attention.resolve(!device.is_cpu()).map_err(ModelError::InvalidOption)?)
+}
+
+/// candle at the resolved `dtype` on `device`, attention already resolved.
+fn candle_with(device: &candle_core::Device, dtype: DType, attention: AttentionChoice) -> Result<Candle, ModelError> {
     let width = match dtype {
         DType::Auto | DType::Float32 => candle_core::DType::F32,
         DType::Float16 => candle_core::DType::F16,
         DType::BFloat16 => candle_core::DType::BF16,
         DType::Int8 => return Err(ModelError::InvalidOption("--dtype int8 runs on Aleph's CPU kernels".into())),
     };
-    let attention = attention.resolve(!device.is_cpu()).map_err(ModelError::InvalidOption)?;
     Candle::with_dtype(device.clone(), width)?.with_attention(attention)
 }
 

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::backend::cpu::Cpu;
 use crate::backend::record::Recording;
-use crate::backend::varlen::{AttentionChoice, AttentionKernel};
+use crate::backend::varlen::AttentionChoice;
 use crate::backend::Ops;
 use crate::batch::{Batch, Output};
 use crate::encoder::{Encoder, OnBackend, TokenEncoder};
@@ -46,7 +46,8 @@ struct Setup {
     mapped: Option<Arc<MappedTensors>>,
     backend: Backend,
     dtype: DType,
-    attention: AttentionKernel,
+    /// How candle attends, resolved once for the device.
+    attention: AttentionChoice,
     info: ModelInfo,
     /// BGE-M3's sparse and ColBERT heads, for an embedder that ships them.
     side: Option<LexicalAndColbert>,
@@ -74,6 +75,10 @@ impl Setup {
         let checkpoint = Checkpoint::find(dir)?;
         let vb = checkpoint.var_builder(&device)?;
         let backend = backend_for(opts, &device);
+        let attention = match backend {
+            Backend::Candle => opts.attention.resolve(!device.is_cpu()).map_err(ModelError::InvalidOption)?,
+            Backend::Auto => AttentionChoice::Padded,
+        };
         let mapped = match backend {
             Backend::Auto => checkpoint.mapped()?,
             Backend::Candle => None,
@@ -95,7 +100,7 @@ impl Setup {
             mapped,
             backend,
             dtype: opts.dtype,
-            attention: opts.attention,
+            attention,
             info,
             side: None,
         })
@@ -112,8 +117,8 @@ impl Setup {
         info.backend = backend;
         // Aleph's CPU path packs sequences end to end; candle's pads them to the longest inside attention,
         // unless it was asked to run every batch unpadded: then the budget counts real tokens.
-        let unpadded = self.attention.resolve(!self.device.is_cpu()) == Ok(AttentionChoice::Unpadded);
-        info.pads = backend.pads() && !unpadded;
+        // (Asked for explicitly, unpadded attention loads or fails: it never falls back to padding.)
+        info.pads = backend.pads() && self.attention != AttentionChoice::Unpadded;
         info.weight_bytes = if backend == Compute::Candle { file_bytes(dir)? } else { bytes };
         Ok(LoadedModel { model, tokenizer: self.tokenizer, images: None, audio: None, info })
     }
@@ -201,7 +206,7 @@ pub(super) fn load_bert_family(
             }
             Backend::Candle => (
                 Arc::new(SpladeModel::load(
-                    super::candle_ops(&setup.device, setup.dtype, setup.attention)?,
+                    super::candle_with(&setup.device, setup.dtype, setup.attention)?,
                     vb,
                     None,
                     &cfg,
@@ -313,7 +318,7 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
     cfg.check()?;
     let mut setup = Setup::new(dir, arch, opts, Deberta::<Cpu>::max_len(&cfg), cfg.hidden_size)?;
     // Its disentangled terms are computed on padded batches only.
-    setup.attention = AttentionKernel::Padded;
+    setup.attention = AttentionChoice::Padded;
     let vb = setup.vb.clone();
     let (encoder, backend) = encoder_of(&cfg, &setup, deberta::root(vb))?;
     let h = cfg.hidden_size;
@@ -558,7 +563,7 @@ fn encoder_of(
             (Box::new(OnBackend::load(ops, vb, setup.mapped.clone(), |w| family.load(w))?), Compute::AlephCpu)
         }
         Backend::Candle => {
-            let ops = super::candle_ops(&setup.device, setup.dtype, setup.attention)?;
+            let ops = super::candle_with(&setup.device, setup.dtype, setup.attention)?;
             (Box::new(OnBackend::load(ops, vb, None, |w| family.load(w))?), Compute::Candle)
         }
     })

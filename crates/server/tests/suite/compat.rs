@@ -157,6 +157,12 @@ fn unsupported_values_are_refused_before_loading_with_the_reason() {
         };
         assert!(logs.contains(needle), "{args:?}: {logs}");
     }
+    // The attention override is read on every build, not only where candle runs.
+    let args = ["--model-id", model.as_str(), "--no-model-warmup"];
+    match Server::try_start(&args, &[("ALEPH_ATTENTION", "flash")]) {
+        Ok(_) => panic!("ALEPH_ATTENTION=flash started"),
+        Err(logs) => assert!(logs.contains("ALEPH_ATTENTION is `flash`"), "{logs}"),
+    }
 }
 
 #[test]
