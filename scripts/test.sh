@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run every test: fetches the real models and a Python with the OpenAI SDK first (both cached), runs the
-# Rust suites, then the client-library suite (tests/clients) against the binary they built.
+# Rust suites, then the client-library suite (tests/clients) and the Python package's (tests/package) against
+# the binary they built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh
@@ -12,5 +13,6 @@ fi
 export ALEPH_TEST_PYTHON="$PWD/$venv/bin/python"
 cargo test --workspace "$@"
 scripts/client-tests.sh
+scripts/python-tests.sh
 # The GPU check's steps on this machine's CPU, with tiny shapes (the same script a lent GPU runs).
 scripts/gpu-check.sh --dry-run >/dev/null

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod corpus;
 pub mod eval;
 pub mod fetch;
 pub mod http;

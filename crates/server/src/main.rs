@@ -1,7 +1,7 @@
 //! `aleph`: parse the command line, set up logging, then serve, evaluate or benchmark.
 
 use aleph_server::cli::Action;
-use aleph_server::{bench, cli, eval, startup};
+use aleph_server::{bench, cli, corpus, eval, startup};
 
 fn main() -> std::process::ExitCode {
     // Before any thread exists: INFINITY_* settings become ALEPH_* defaults.
@@ -22,6 +22,10 @@ fn main() -> std::process::ExitCode {
                 Action::Bench(args) => {
                     init_logging(if args.models.log_level == "info" { "warning" } else { &args.models.log_level });
                     rt.block_on(bench::run(*args))
+                }
+                Action::Embed(args) => {
+                    init_logging(if args.models.log_level == "info" { "warning" } else { &args.models.log_level });
+                    rt.block_on(corpus::run(*args))
                 }
             }
         });

@@ -17,7 +17,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::report::TaskResult;
 use super::Dataset;
 use crate::cli::ModelSpec;
-use crate::http::rerank::{maxsim, relevance, sigmoid};
+use aleph_engine::outputs::{maxsim, sigmoid};
+
+use crate::http::rerank::relevance;
 
 /// Inputs per call into the engine, and calls in flight: enough to keep its batcher's batches full.
 const CHUNK: usize = 256;

@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use aleph_engine::{Input, ModelHandle, RunOptions};
-use aleph_models::pooling::l2_normalize;
-use aleph_models::quantize::EmbeddingDtype;
+use aleph_engine::{EmbedSpec, Embedding, Input, ModelHandle};
 use aleph_models::{OutputKind, Task};
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -114,17 +112,11 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         Modality::Text => {
             let inputs = validate_inputs("input", req.input, &state.limits)?;
             require_capability(model, &req.model, req.modality.capability(), "modality")?;
-            match model.prompt(req.prompt_name.as_deref()) {
-                Ok(None) => inputs,
-                Ok(Some(prompt)) => inputs
-                    .into_iter()
-                    .map(|i| match i {
-                        Input::Text(t) => Input::Text(format!("{prompt}{t}")),
-                        other => other,
-                    })
-                    .collect(),
-                Err(e) => return Err(ApiError::unprocessable(e).with_param("prompt_name")),
-            }
+            // Checked here for the 422 naming the field; the engine puts the prompt before each text.
+            model
+                .prompt(req.prompt_name.as_deref())
+                .map_err(|e| ApiError::unprocessable(e).with_param("prompt_name"))?;
+            inputs
         }
         Modality::Image | Modality::Audio => {
             let sources = req.input.texts().map_err(|i| {
@@ -142,8 +134,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
             bytes.into_iter().map(wrap).collect()
         }
     };
-    let requested = req.dimensions.filter(|&d| d != 0).or(model.default_dimensions().map(|d| d as i64));
-    let dims = validate_dimensions(requested, model.info().dim)?;
+    let dims = validate_dimensions(model, req.dimensions)?;
 
     let dtype = model.config().embedding_dtype;
     if dtype.packed() && req.encoding_format == EncodingFormat::Base64 {
@@ -172,8 +163,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
                 .with_param("encoding_format"));
         }
         EmbeddingOutput::Sparse => OutputKind::Sparse,
-        // A ColBERT checkpoint's own output is its token vectors.
-        EmbeddingOutput::Colbert if model.info().task == Task::MultiVector => OutputKind::Default,
+        EmbeddingOutput::Colbert if model.info().task == Task::MultiVector => OutputKind::MultiVector,
         EmbeddingOutput::Colbert if model.info().colbert_dim.is_none() => {
             return Err(ApiError::bad_request(format!(
                 "model `{}` has no ColBERT output (BGE-M3); request the dense embedding",
@@ -187,58 +177,28 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         }
         EmbeddingOutput::Colbert => OutputKind::MultiVector,
     };
-    let result = model.run_with(inputs, RunOptions { output: kind, ..Default::default() }).await?;
-    let multi = model.info().task == Task::MultiVector || kind == OutputKind::MultiVector;
-    let dim = if kind == OutputKind::MultiVector { model.info().colbert_dim.unwrap_or(0) } else { model.info().dim };
-    // A cut unit vector is no longer unit: rescale it, as OpenAI, TEI and sentence-transformers do, so
-    // dot products still rank by cosine. Quantized outputs keep the cut values, which the calibrated
-    // ranges were measured on.
-    let renormalize = dims < dim && (multi || model.info().normalize) && dtype == EmbeddingDtype::Float32;
+    // The engine applies the prompt, cuts, re-normalizes and quantizes.
+    let spec = EmbedSpec { prompt_name: req.prompt_name.clone(), dimensions: Some(dims), output: kind };
+    let result = model.embed(inputs, &spec).await?;
     let data = result
-        .vectors
+        .embeddings
         .into_iter()
         .enumerate()
-        .map(|(index, mut v)| {
-            if kind == OutputKind::Sparse {
-                return EmbeddingObject {
-                    object: "embedding",
-                    embedding: EmbeddingValue::Sparse(SparseValue::of(&v)),
-                    index,
-                };
-            }
-            if multi {
-                // One vector per token; `dimensions` cuts each vector (Infinity cuts the token list).
-                let rows: Vec<Vec<f32>> = v
-                    .chunks_exact(dim)
-                    .map(|t| {
-                        let mut row = t[..dims].to_vec();
-                        if renormalize {
-                            l2_normalize(&mut row);
-                        }
-                        row
-                    })
-                    .collect();
-                let embedding = match req.encoding_format {
-                    EncodingFormat::Float | EncodingFormat::Sparse => EmbeddingValue::MultiFloat(rows),
-                    EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&rows.concat())),
-                };
-                return EmbeddingObject { object: "embedding", embedding, index };
-            }
-            // Cut to the requested dimensions first, then quantize: `dimensions` counts dimensions
-            // whatever the output type.
-            v.truncate(dims);
-            if renormalize {
-                l2_normalize(&mut v);
-            }
-            let v = if dtype == EmbeddingDtype::Float32 { v } else { model.quantize(&v) };
-            let embedding = match req.encoding_format {
+        .map(|(index, e)| {
+            let embedding = match (e, req.encoding_format) {
+                (Embedding::Sparse(pairs), _) => EmbeddingValue::Sparse(
+                    pairs.into_iter().map(|(id, value)| SparseValue { index: id as usize, value }).collect(),
+                ),
+                (Embedding::Multi(rows), EncodingFormat::Base64) => EmbeddingValue::Base64(f32_base64(&rows.concat())),
+                (Embedding::Multi(rows), _) => EmbeddingValue::MultiFloat(rows),
+                (Embedding::Dense(v), EncodingFormat::Base64) => EmbeddingValue::Base64(f32_base64(&v)),
                 // A sparse format asked for the sparse output, answered above.
-                EncodingFormat::Float | EncodingFormat::Sparse => EmbeddingValue::Float(v),
-                EncodingFormat::Base64 => EmbeddingValue::Base64(f32_base64(&v)),
+                (Embedding::Dense(v), _) => EmbeddingValue::Float(v),
             };
             EmbeddingObject { object: "embedding", embedding, index }
         })
         .collect();
+    let result = result.run;
     let body = EmbeddingResponse {
         object: "list",
         data,
@@ -251,16 +211,10 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     Ok((headers, Json(body)).into_response())
 }
 
-/// `dimensions`: absent or 0 keeps the whole vector, 1..=dim keeps a prefix, anything else is a 400.
-pub fn validate_dimensions(dimensions: Option<i64>, dim: usize) -> Result<usize, ApiError> {
-    match dimensions {
-        None | Some(0) => Ok(dim),
-        Some(d) if d >= 1 && d as u64 <= dim as u64 => Ok(d as usize),
-        Some(d) => {
-            Err(ApiError::bad_request(format!("dimensions={d} is not in a valid range: select between 1 and {dim}"))
-                .with_param("dimensions"))
-        }
-    }
+/// `dimensions`: absent or 0 keeps the model's default (`--truncate-dim`, else the whole vector), 1..=dim keeps a
+/// prefix, anything else is a 400.
+pub fn validate_dimensions(model: &ModelHandle, dimensions: Option<i64>) -> Result<usize, ApiError> {
+    model.embedding_dimensions(dimensions).map_err(|e| ApiError::bad_request(e).with_param("dimensions"))
 }
 
 /// Little-endian f32 bytes, base64: what the OpenAI SDK decodes.
@@ -272,16 +226,6 @@ pub fn f32_base64(v: &[f32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dimensions_range() {
-        assert_eq!(validate_dimensions(None, 384).unwrap(), 384);
-        assert_eq!(validate_dimensions(Some(0), 384).unwrap(), 384);
-        assert_eq!(validate_dimensions(Some(8), 384).unwrap(), 8);
-        assert_eq!(validate_dimensions(Some(384), 384).unwrap(), 384);
-        assert_eq!(validate_dimensions(Some(385), 384).unwrap_err().status.as_u16(), 400);
-        assert_eq!(validate_dimensions(Some(-1), 384).unwrap_err().status.as_u16(), 400);
-    }
 
     #[test]
     fn base64_is_little_endian_f32() {

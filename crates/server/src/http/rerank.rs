@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use aleph_engine::{Input, ModelHandle, RunOptions, RunResult};
-use aleph_models::Task;
+use aleph_engine::{ModelHandle, RunOptions, RunResult};
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -62,53 +61,13 @@ pub async fn relevance_with(
     raw_scores: bool,
     opts: RunOptions,
 ) -> Result<(Vec<f32>, RunResult), ApiError> {
-    let late_interaction = model.info().task == Task::MultiVector;
     if instruction.is_some() && !model.info().takes_instruction {
         return Err(ApiError::unprocessable(
             "`instruction` is for LLM rerankers (Qwen3-Reranker); this model has no prompt to put it in",
         )
         .with_param("instruction"));
     }
-    let inputs = if late_interaction {
-        // Query and documents are embedded alone (they batch with other requests) and scored by MaxSim.
-        std::iter::once(query).chain(documents.iter().map(String::as_str)).map(|t| Input::Text(t.to_string())).collect()
-    } else {
-        let pair = |d: &String| match instruction {
-            Some(i) => Input::InstructedPair { query: query.into(), document: d.clone(), instruction: i.into() },
-            None => Input::Pair(query.to_string(), d.clone()),
-        };
-        documents.iter().map(pair).collect()
-    };
-    let out = model.run_with(inputs, opts).await?;
-    let scores: Vec<f32> = if late_interaction {
-        let dim = model.info().dim;
-        let q = &out.vectors[0];
-        let query_tokens = (q.len() / dim).max(1) as f32;
-        out.vectors[1..]
-            .iter()
-            .map(|d| {
-                let s = maxsim(q, d, dim);
-                if raw_scores {
-                    s
-                } else {
-                    s / query_tokens
-                }
-            })
-            .collect()
-    } else {
-        out.vectors
-            .iter()
-            .map(|logits| {
-                let logit = logits.first().copied().unwrap_or(f32::NAN);
-                if raw_scores {
-                    logit
-                } else {
-                    sigmoid(logit)
-                }
-            })
-            .collect()
-    };
-    Ok((scores, out))
+    Ok(model.relevance(query, documents, instruction, raw_scores, opts).await?)
 }
 
 async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Result<Response, ApiError> {
@@ -148,22 +107,4 @@ async fn score(state: &AppState, model: &ModelHandle, req: RerankRequest) -> Res
         created: unix_now() as u64,
     };
     Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(body)).into_response())
-}
-
-/// Late-interaction score: for each query token the best dot product with any document token, summed.
-/// `query` and `doc` hold `dim`-long token vectors back to back.
-pub fn maxsim(query: &[f32], doc: &[f32], dim: usize) -> f32 {
-    query
-        .chunks_exact(dim)
-        .map(|q| {
-            doc.chunks_exact(dim)
-                .map(|d| q.iter().zip(d).map(|(a, b)| a * b).sum::<f32>())
-                .fold(f32::NEG_INFINITY, f32::max)
-        })
-        .filter(|m| m.is_finite())
-        .sum()
-}
-
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }

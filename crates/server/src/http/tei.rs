@@ -573,7 +573,7 @@ async fn predict_request(state: &AppState, req: PredictRequest) -> TeiResult {
         .iter()
         .map(|logits| {
             let mut scores: Vec<(usize, f32)> =
-                super::classify::scores(logits, sigmoid, req.raw_scores).into_iter().enumerate().collect();
+                aleph_engine::outputs::scores(logits, sigmoid, req.raw_scores).into_iter().enumerate().collect();
             scores.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
             scores.into_iter().map(|(i, score)| Prediction { score: score as f64, label: labels[i].clone() }).collect()
         })

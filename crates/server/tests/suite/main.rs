@@ -12,6 +12,7 @@ mod cohere;
 mod colbert;
 mod colpali;
 mod compat;
+mod corpus;
 mod encoder_families;
 mod engine;
 mod eval;
