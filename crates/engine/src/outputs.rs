@@ -187,6 +187,65 @@ impl ModelHandle {
         Ok((scores, out))
     }
 
+    /// A score for each `(left, right)` pair, as the model scores: a cross-encoder's logit (through a sigmoid
+    /// unless `raw_scores`), an embedder's cosine of the two embeddings, or a ColBERT model's MaxSim (the sum
+    /// over the left side's tokens, as vLLM's `/score` has it). Each distinct text is embedded once.
+    pub async fn score_pairs(
+        &self,
+        pairs: &[(String, String)],
+        raw_scores: bool,
+    ) -> Result<(Vec<f32>, RunResult), EngineError> {
+        let info = self.info();
+        let cross_encoder = self.info().capabilities().contains(&"rerank") && info.task != Task::MultiVector;
+        if cross_encoder {
+            let inputs = pairs.iter().map(|(a, b)| Input::Pair(a.clone(), b.clone())).collect();
+            let out = self.run_with(inputs, RunOptions::default()).await?;
+            let scores = out
+                .vectors
+                .iter()
+                .map(|l| {
+                    let logit = l.first().copied().unwrap_or(f32::NAN);
+                    if raw_scores {
+                        logit
+                    } else {
+                        sigmoid(logit)
+                    }
+                })
+                .collect();
+            return Ok((scores, out));
+        }
+        if info.task != Task::Embed && info.task != Task::MultiVector {
+            return Err(EngineError::Unsupported(format!(
+                "model `{}` scores no pairs: it is neither a cross-encoder (one label) nor an embedder",
+                self.name()
+            )));
+        }
+        let mut texts: Vec<String> = Vec::new();
+        let mut at = std::collections::HashMap::new();
+        let mut index = |t: &String| -> usize {
+            *at.entry(t.clone()).or_insert_with(|| {
+                texts.push(t.clone());
+                texts.len() - 1
+            })
+        };
+        let ids: Vec<(usize, usize)> = pairs.iter().map(|(a, b)| (index(a), index(b))).collect();
+        let out = self.run_with(texts.into_iter().map(Input::Text).collect(), RunOptions::default()).await?;
+        let v = &out.vectors;
+        let scores = ids
+            .iter()
+            .map(
+                |&(a, b)| {
+                    if info.task == Task::MultiVector {
+                        maxsim(&v[a], &v[b], info.dim)
+                    } else {
+                        cosine(&v[a], &v[b])
+                    }
+                },
+            )
+            .collect();
+        Ok((scores, out))
+    }
+
     /// Each text's labels, best first: softmax over the logits (a sigmoid each for multi-label models), or the
     /// logits themselves with `raw_scores`.
     pub async fn classify(
@@ -241,6 +300,18 @@ pub fn maxsim(query: &[f32], doc: &[f32], dim: usize) -> f32 {
         .sum()
 }
 
+/// The cosine of two vectors (0 where either is all zeros).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let n = norm(a) * norm(b);
+    if n > 0.0 {
+        dot / n
+    } else {
+        0.0
+    }
+}
+
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
@@ -268,6 +339,12 @@ mod tests {
         assert_eq!(out[0].score, sigmoid(2.0));
         let raw = label_scores(&[0.0, 2.0, -1.0], &labels(), false, true);
         assert_eq!(raw.iter().map(|l| l.score).collect::<Vec<_>>(), vec![2.0, 0.0, -1.0]);
+    }
+
+    #[test]
+    fn cosine_is_scale_free_and_zero_for_a_zero_vector() {
+        assert!((cosine(&[1.0, 0.0], &[3.0, 3.0]) - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 2.0]), 0.0);
     }
 
     #[test]

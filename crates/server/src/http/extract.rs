@@ -43,16 +43,24 @@ pub async fn read_body(req: Request, state: &Arc<AppState>) -> Result<Bytes, Api
 }
 
 /// A body is read as JSON when it says it is (`application/json`, `application/*+json`, any
-/// parameters) or says nothing; anything else is a 415, as FastAPI refuses it.
+/// parameters) or says nothing (no header, or an empty one, as FastAPI reads it); anything else, a header that
+/// does not parse as a media type included, is a 415.
 pub fn check_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
         return Ok(());
     };
-    let text = value.to_str().unwrap_or_default();
+    let Ok(text) = value.to_str() else {
+        return Err(ApiError::unsupported_media_type(
+            "the Content-Type header is not text: send the body as application/json",
+        ));
+    };
+    if text.trim().is_empty() {
+        return Ok(());
+    }
     let essence = text.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     let json =
         essence == "application/json" || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json"));
-    if json || essence.is_empty() {
+    if json {
         return Ok(());
     }
     Err(ApiError::unsupported_media_type(format!(
@@ -139,6 +147,17 @@ mod tests {
         assert_eq!(with("text/plain"), Err(415));
         assert_eq!(with("application/x-www-form-urlencoded"), Err(415));
         assert_eq!(with("garbage"), Err(415));
+        // Headers that do not parse as a media type: no type before the parameters, bytes that are not text.
+        assert_eq!(with("; charset=utf-8"), Err(415));
+        assert_eq!(with("/"), Err(415));
+        let mut h = axum::http::HeaderMap::new();
+        h.insert(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_bytes(b"application/\xffjson").unwrap(),
+        );
+        assert_eq!(check_content_type(&h).map_err(|e| e.status.as_u16()), Err(415));
+        // An empty header says nothing, as no header does.
+        assert_eq!(with(""), Ok(()));
     }
 
     #[test]

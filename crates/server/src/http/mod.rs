@@ -14,6 +14,7 @@ mod models;
 pub mod openapi;
 pub(crate) mod rerank;
 pub mod schemas;
+mod score;
 pub mod state;
 pub mod tei;
 mod timing;
@@ -75,6 +76,7 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         .route("/embeddings_audio", post(embeddings::embeddings_audio))
         .route("/rerank", post(rerank::rerank))
         .route("/classify", post(classify::classify))
+        .route("/score", post(score::score))
         .route("/models", get(models::models))
         .route("/models/{*id}", get(models::model))
         .route("/embed", post(tei::embed))

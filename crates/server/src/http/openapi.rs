@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use super::{admin, classify, cohere, embeddings, error, health, models, rerank, schemas, tei};
+use super::{admin, classify, cohere, embeddings, error, health, models, rerank, schemas, score, tei};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,6 +18,7 @@ use super::{admin, classify, cohere, embeddings, error, health, models, rerank, 
         embeddings::embeddings_audio,
         rerank::rerank,
         classify::classify,
+        score::score,
         models::models,
         models::model,
         health::health,
@@ -48,6 +49,12 @@ use super::{admin, classify, cohere, embeddings, error, health, models, rerank, 
         schemas::Modality,
         schemas::Usage,
         schemas::RerankRequest,
+        score::ScoreRequest,
+        score::ScoreSide,
+        score::ScoreItem,
+        score::ScoreResponse,
+        score::ScoreData,
+        score::ScoreUsage,
         schemas::RerankResponse,
         schemas::RerankResult,
         schemas::ClassifyRequest,

@@ -354,7 +354,7 @@ pub struct EmbeddingResponse {
 }
 
 /// Serializes an f32 through f64, so the digits match Infinity's (Python floats printed by orjson).
-fn f32_as_f64<S: Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn f32_as_f64<S: Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(*v as f64)
 }
 

@@ -1,0 +1,110 @@
+//! vLLM's `/score`: each pairing (1:1, 1:N, N:N), each way a model scores (a cross-encoder's relevance, an
+//! embedder's cosine, ColBERT's MaxSim), each against the route that already answers the same question.
+
+use serde_json::{json, Value};
+
+use crate::common::{cosine, floats, minilm, tiny, Server};
+
+fn scores(v: &Value) -> Vec<f32> {
+    v["data"].as_array().unwrap().iter().map(|d| d["score"].as_f64().unwrap() as f32).collect()
+}
+
+#[test]
+fn a_cross_encoder_scores_pairs_as_it_reranks() {
+    let (model, classifier) = (tiny("bert-rerank"), tiny("bert-classify"));
+    let s = Server::start(&[
+        "--model-id",
+        &model,
+        "--served-model-name",
+        "ce",
+        "--model-id",
+        &classifier,
+        "--served-model-name",
+        "cls",
+        "--no-model-warmup",
+    ]);
+    let docs = ["Paris is the capital of France.", "Horses eat hay.", "Berlin is in Germany."];
+    let reply = s.post_json("/score", &json!({"model": "ce", "text_1": "capital of France?", "text_2": docs})).json();
+    assert_eq!(reply["object"], "list");
+    assert!(reply["id"].as_str().unwrap().starts_with("score-"));
+    assert!(reply["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+    let ranked =
+        s.post_json("/rerank", &json!({"model": "ce", "query": "capital of France?", "documents": docs})).json();
+    let mut by_index = vec![0f32; docs.len()];
+    for r in ranked["results"].as_array().unwrap() {
+        by_index[r["index"].as_u64().unwrap() as usize] = r["relevance_score"].as_f64().unwrap() as f32;
+    }
+    assert_eq!(scores(&reply), by_index, "pair i scores document i");
+    // Raw logits with use_activation false, as /rerank's raw_scores; vLLM's newer spellings; /v1/score.
+    let raw = s
+        .post_json(
+            "/v1/score",
+            &json!({"model": "ce", "queries": "capital of France?", "documents": docs,
+                                         "use_activation": false}),
+        )
+        .json();
+    let raw_ranked = s
+        .post_json(
+            "/rerank",
+            &json!({"model": "ce", "query": "capital of France?", "documents": [docs[0]],
+                                       "raw_scores": true}),
+        )
+        .json();
+    assert_eq!(scores(&raw)[0], raw_ranked["results"][0]["relevance_score"].as_f64().unwrap() as f32);
+    // N:N pairs by position.
+    let zipped = s
+        .post_json(
+            "/score",
+            &json!({"model": "ce", "data_1": ["capital of France?", "what do horses eat?"],
+                                      "data_2": [docs[0], docs[1]]}),
+        )
+        .json();
+    let second =
+        s.post_json("/score", &json!({"model": "ce", "text_1": "what do horses eat?", "text_2": docs[1]})).json();
+    assert_eq!(scores(&zipped)[1], scores(&second)[0]);
+    // What cannot be paired or scored is refused, naming why.
+    let e = s
+        .post_json("/score", &json!({"model": "ce", "text_1": ["a", "b"], "text_2": ["x", "y", "z"]}))
+        .assert_error(400);
+    assert!(e["error"]["message"].as_str().unwrap().contains("1:1, 1:N or N:N"), "{e}");
+    s.post_json("/score", &json!({"model": "ce", "text_1": [], "text_2": ["x"]})).assert_error(400);
+    s.post_json("/score", &json!({"model": "ce", "text_2": ["x"]})).assert_error(422);
+    let parts = json!({"model": "ce", "text_1": "q", "text_2": {"content": [{"type": "text", "text": "x"}]}});
+    s.post_json("/score", &parts).assert_error(400);
+    let e = s.post_json("/score", &json!({"model": "cls", "text_1": "q", "text_2": "x"})).assert_error(400);
+    assert!(e["error"]["message"].as_str().unwrap().contains("scores no pairs"), "{e}");
+}
+
+#[test]
+fn an_embedder_scores_by_cosine_and_colbert_by_maxsim() {
+    let (mini, colbert) = (minilm(), tiny("colbert"));
+    let s = Server::start(&[
+        "--model-id",
+        &mini,
+        "--served-model-name",
+        "mini",
+        "--model-id",
+        &colbert,
+        "--served-model-name",
+        "colbert",
+        "--no-model-warmup",
+    ]);
+    let texts = ["A man is playing a guitar.", "Someone plays an instrument.", "The stock market fell."];
+    let reply = s.post_json("/score", &json!({"model": "mini", "text_1": texts[0], "text_2": texts[1..]})).json();
+    let e = s.post_json("/embeddings", &json!({"model": "mini", "input": texts})).json();
+    let v: Vec<Vec<f32>> = (0..3).map(|i| floats(&e["data"][i]["embedding"])).collect();
+    for (i, got) in scores(&reply).into_iter().enumerate() {
+        assert!((got as f64 - cosine(&v[0], &v[i + 1])).abs() < 1e-6, "pair {i}: {got}");
+    }
+    // ColBERT: MaxSim summed over the query's tokens, as /rerank's raw score.
+    let reply = s.post_json("/score", &json!({"model": "colbert", "text_1": texts[0], "text_2": texts[1]})).json();
+    let ranked = s
+        .post_json(
+            "/rerank",
+            &json!({"model": "colbert", "query": texts[0], "documents": [texts[1]],
+                                       "raw_scores": true}),
+        )
+        .json();
+    let want = ranked["results"][0]["relevance_score"].as_f64().unwrap() as f32;
+    assert!((scores(&reply)[0] - want).abs() < 1e-5, "{reply} vs {want}");
+}
