@@ -62,6 +62,15 @@ def test_sentence_similarity(server):
     assert np.allclose(got, want, atol=1e-5), (got, want)
 
 
+def test_sentence_similarity_at_the_root(server):
+    """POST / routes by the body: a similarity body reaches /similarity whatever the first model is."""
+    client = _client(server, server.base)
+    got = client.sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:])
+    src = server.raw_embedding(TEXTS[0])
+    want = [cosine(src, v) for v in server.raw_embeddings(TEXTS[1:])]
+    assert np.allclose(got, want, atol=1e-5), (got, want)
+
+
 def test_text_classification(server):
     client = _client(server, server.base + "/predict")
     text = "I love this, it is wonderful!"

@@ -830,6 +830,11 @@ pub async fn root(State(state): State<Arc<AppState>>, request: Request) -> TeiRe
         model: Option<String>,
     }
     let named = serde_json::from_slice::<Named>(&body).ok().and_then(|n| n.model);
+    // huggingface_hub's `sentence_similarity` posts `{"inputs": {"source_sentence", "sentences"}}` to the URL
+    // it is given: a body of that shape says the task, whatever the first model's kind.
+    if let Ok(req) = serde_json::from_slice::<SimilarityRequest>(&body) {
+        return similarity_request(&state, req).await;
+    }
     let registry = state.registry()?;
     let model = match named.as_deref() {
         Some(name) => registry.get(name)?,

@@ -151,6 +151,10 @@ fn embed_all_predict_rerank_similarity_tokenize_decode_info() {
     assert!((sims[0].as_f64().unwrap() - 1.0).abs() < 1e-5);
     assert!((sims[1].as_f64().unwrap() - cosine(&a, &b)).abs() < 1e-5, "{sims}");
     tei_error(&s, "/similarity", json!({"inputs": {"source_sentence": "x", "sentences": []}}), 400, "Empty");
+    // `POST /` takes a similarity body by its shape (huggingface_hub's sentence_similarity posts it there).
+    let body = json!({"inputs": {"source_sentence": "Hello world", "sentences": ["Hello world", "Another sentence"]},
+                      "parameters": {}});
+    assert_eq!(ok(&s, "/", body), sims);
 
     // tokenize / decode round trip.
     let toks = ok(&s, "/tokenize", json!({"inputs": "Hello world"}));
