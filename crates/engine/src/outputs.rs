@@ -19,7 +19,8 @@ pub struct EmbedSpec {
     /// Keep the first `dimensions` of each vector (re-normalized where the model normalizes); `None` keeps
     /// `--truncate-dim`'s, else all.
     pub dimensions: Option<usize>,
-    /// The dense embedding ([`OutputKind::Default`]), the sparse weights or the ColBERT vectors.
+    /// The dense embedding ([`OutputKind::Default`]), the sparse weights, the ColBERT vectors or every token's
+    /// state ([`OutputKind::Tokens`], as rows).
     pub output: OutputKind,
 }
 
@@ -89,13 +90,15 @@ impl ModelHandle {
         };
         let inputs = self.with_prompt(inputs, spec.prompt_name.as_deref())?;
         let run = self.run_with(inputs, RunOptions { output: kind, ..Default::default() }).await?;
-        let multi = info.task == Task::MultiVector || kind == OutputKind::MultiVector;
+        // Token states (`OutputKind::Tokens`) come as rows like ColBERT's, never normalized.
+        let tokens = kind == OutputKind::Tokens;
+        let multi = info.task == Task::MultiVector || kind == OutputKind::MultiVector || tokens;
         let dim = if kind == OutputKind::MultiVector { info.colbert_dim.unwrap_or(0) } else { info.dim };
         let dtype = self.config().embedding_dtype;
         // A cut unit vector is no longer unit: rescale it, as OpenAI, TEI and sentence-transformers do, so dot
         // products still rank by cosine. Quantized outputs keep the cut values, which the calibrated ranges were
         // measured on.
-        let renormalize = dims < dim && (multi || info.normalize) && dtype == EmbeddingDtype::Float32;
+        let renormalize = !tokens && dims < dim && (multi || info.normalize) && dtype == EmbeddingDtype::Float32;
         let cut = |v: &[f32]| {
             let mut v = v[..dims.min(v.len())].to_vec();
             if renormalize {

@@ -12,6 +12,7 @@ mod health;
 pub mod keys;
 mod models;
 pub mod openapi;
+mod pooling;
 pub(crate) mod rerank;
 pub mod schemas;
 mod score;
@@ -77,6 +78,7 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
         .route("/rerank", post(rerank::rerank))
         .route("/classify", post(classify::classify))
         .route("/score", post(score::score))
+        .route("/pooling", post(pooling::pooling))
         .route("/models", get(models::models))
         .route("/models/{*id}", get(models::model))
         .route("/embed", post(tei::embed))

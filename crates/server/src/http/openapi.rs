@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use super::{admin, classify, cohere, embeddings, error, health, models, rerank, schemas, score, tei};
+use super::{admin, classify, cohere, embeddings, error, health, models, pooling, rerank, schemas, score, tei};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,6 +19,7 @@ use super::{admin, classify, cohere, embeddings, error, health, models, rerank, 
         rerank::rerank,
         classify::classify,
         score::score,
+        pooling::pooling,
         models::models,
         models::model,
         health::health,
@@ -49,6 +50,10 @@ use super::{admin, classify, cohere, embeddings, error, health, models, rerank, 
         schemas::Modality,
         schemas::Usage,
         schemas::RerankRequest,
+        pooling::PoolingRequest,
+        pooling::PoolingResponse,
+        pooling::PoolingData,
+        pooling::PoolingValue,
         score::ScoreRequest,
         score::ScoreSide,
         score::ScoreItem,

@@ -23,6 +23,6 @@ mod memory_budget;
 mod openai_client;
 mod parity;
 mod rerank_classify;
-mod score;
 mod siglip;
 mod tei;
+mod vllm;

@@ -1,5 +1,6 @@
-//! vLLM's `/score`: each pairing (1:1, 1:N, N:N), each way a model scores (a cross-encoder's relevance, an
-//! embedder's cosine, ColBERT's MaxSim), each against the route that already answers the same question.
+//! vLLM's routes for pooling models, each against the route that already answers the same question: `/score`
+//! (each pairing, 1:1, 1:N, N:N; a cross-encoder's relevance, an embedder's cosine, ColBERT's MaxSim) and
+//! `/pooling` (embed, token_embed, classify).
 
 use serde_json::{json, Value};
 
@@ -107,4 +108,61 @@ fn an_embedder_scores_by_cosine_and_colbert_by_maxsim() {
         .json();
     let want = ranked["results"][0]["relevance_score"].as_f64().unwrap() as f32;
     assert!((scores(&reply)[0] - want).abs() < 1e-5, "{reply} vs {want}");
+}
+
+#[test]
+fn pooling_answers_each_task_as_the_routes_that_compute_it() {
+    let (mini, classifier) = (minilm(), tiny("bert-classify"));
+    let s = Server::start(&[
+        "--model-id",
+        &mini,
+        "--served-model-name",
+        "mini",
+        "--model-id",
+        &classifier,
+        "--served-model-name",
+        "cls",
+        "--no-model-warmup",
+    ]);
+    let texts = ["A man is playing a guitar.", "The stock market fell."];
+    let pooled = s.post_json("/pooling", &json!({"model": "mini", "input": texts})).json();
+    assert_eq!(pooled["object"], "list");
+    assert_eq!(pooled["data"][0]["object"], "pooling");
+    let e = s.post_json("/embeddings", &json!({"model": "mini", "input": texts})).json();
+    for i in 0..2 {
+        assert_eq!(floats(&pooled["data"][i]["data"]), floats(&e["data"][i]["embedding"]), "embed {i}");
+    }
+    // base64: the same f32 values.
+    let b64 = s.post_json("/pooling", &json!({"model": "mini", "input": texts[0], "encoding_format": "base64"})).json();
+    let e64 =
+        s.post_json("/embeddings", &json!({"model": "mini", "input": texts[0], "encoding_format": "base64"})).json();
+    assert_eq!(b64["data"][0]["data"], e64["data"][0]["embedding"]);
+    // token_embed: every token's state, as TEI's /embed_all.
+    let tokens = s.post_json("/pooling", &json!({"model": "mini", "input": texts[0], "task": "token_embed"})).json();
+    let all = s.post_json("/embed_all", &json!({"model": "mini", "inputs": texts[0]})).json();
+    assert_eq!(tokens["data"][0]["data"], all[0]);
+    assert!(tokens["data"][0]["data"].as_array().unwrap().len() > 3);
+    // classify: probabilities in label order (the model's default task), logits with use_activation false.
+    let probs = s.post_json("/pooling", &json!({"model": "cls", "input": [texts[0]]})).json();
+    let labels = s.post_json("/classify", &json!({"model": "cls", "input": [texts[0]]})).json();
+    let mut want: Vec<f32> =
+        labels["data"][0].as_array().unwrap().iter().map(|l| l["score"].as_f64().unwrap() as f32).collect();
+    let mut got = floats(&probs["data"][0]["data"]);
+    assert_eq!(got.len(), 3);
+    got.sort_by(f32::total_cmp);
+    want.sort_by(f32::total_cmp);
+    assert_eq!(got, want);
+    let logits = s.post_json("/pooling", &json!({"model": "cls", "input": [texts[0]], "use_activation": false})).json();
+    let raw = s.post_json("/classify", &json!({"model": "cls", "input": [texts[0]], "raw_scores": true})).json();
+    let mut got = floats(&logits["data"][0]["data"]);
+    let mut want: Vec<f32> =
+        raw["data"][0].as_array().unwrap().iter().map(|l| l["score"].as_f64().unwrap() as f32).collect();
+    got.sort_by(f32::total_cmp);
+    want.sort_by(f32::total_cmp);
+    assert_eq!(got, want);
+    // Tasks a model cannot run are refused, naming the task.
+    let e = s.post_json("/pooling", &json!({"model": "cls", "input": "x", "task": "embed"})).assert_error(400);
+    assert!(e["error"]["message"].as_str().unwrap().contains("`embed`"), "{e}");
+    s.post_json("/pooling", &json!({"model": "mini", "input": "x", "task": "token_classify"})).assert_error(400);
+    s.post_json("/pooling", &json!({"model": "mini", "input": "x", "task": "classify"})).assert_error(400);
 }
