@@ -117,6 +117,17 @@ pub struct TextTokenizer {
     /// client asks for it.
     left: Arc<OnceLock<Box<Tokenizer>>>,
     uncut: Arc<OnceLock<Box<Tokenizer>>>,
+    /// A static model's rules, which replace the window's cut and the special tokens.
+    static_rules: Option<StaticRules>,
+}
+
+/// How model2vec's `StaticModel.encode` tokenizes: the text cut to `char_limit` characters, no special tokens,
+/// at most the window's tokens, then the unknown token's ids dropped (after the cut, as model2vec 0.10 cuts
+/// inside the tokenizer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticRules {
+    pub char_limit: Option<usize>,
+    pub unk: Option<u32>,
 }
 
 /// An LLM reranker's prompt, as its model card builds it: the tokens of `prefix`, then each of `pieces` with
@@ -240,6 +251,7 @@ impl TextTokenizer {
             pair_template: None,
             left: Arc::new(OnceLock::new()),
             uncut: Arc::new(OnceLock::new()),
+            static_rules: None,
         })
     }
 
@@ -281,6 +293,30 @@ impl TextTokenizer {
         Ok(self)
     }
 
+    /// The same tokenizer following a static model's rules ([`StaticRules`]); the window stays the token cut.
+    pub fn with_static_rules(mut self, rules: StaticRules) -> Self {
+        self.static_rules = Some(rules);
+        self
+    }
+
+    /// The tokenizer's vocabulary tokens in id order (added tokens included), and its unknown token's id.
+    pub fn vocabulary(&self) -> (Vec<String>, Option<u32>) {
+        let Kind::HuggingFace(tok) = &self.kind else {
+            return (Vec::new(), None);
+        };
+        let mut vocab: Vec<(String, u32)> = tok.get_vocab(true).into_iter().collect();
+        vocab.sort_by_key(|(_, id)| *id);
+        // As model2vec finds it: the model's `unk_token` (WordPiece, BPE, WordLevel), else Unigram's `unk_id`.
+        let model = serde_json::to_value(tok.get_model()).unwrap_or_default();
+        let unk = match (model.get("unk_token").and_then(|t| t.as_str()), model.get("unk_id").and_then(|i| i.as_u64()))
+        {
+            (Some(token), _) => tok.token_to_id(token),
+            (None, Some(id)) => Some(id as u32),
+            (None, None) => None,
+        };
+        (vocab.into_iter().map(|(t, _)| t).collect(), unk)
+    }
+
     /// A byte tokenizer needing no files (ids 3..=258 are bytes, 1 and 2 frame the sequence).
     pub fn bytes(window: usize) -> Self {
         TextTokenizer {
@@ -290,6 +326,7 @@ impl TextTokenizer {
             pair_template: None,
             left: Arc::new(OnceLock::new()),
             uncut: Arc::new(OnceLock::new()),
+            static_rules: None,
         }
     }
 
@@ -318,6 +355,9 @@ impl TextTokenizer {
     /// Tokenizes one text like [`Self::encode`], cut as the client asks: from the start, or not at all
     /// (then an input past the window is [`ModelError::InputTooLong`]).
     pub fn encode_with(&self, text: &str, truncation: Truncation) -> Result<Encoded, ModelError> {
+        if self.static_rules.is_some() {
+            return self.encode(text);
+        }
         let Kind::HuggingFace(tok) = &self.kind else {
             return self.encode(text);
         };
@@ -495,6 +535,15 @@ impl TextTokenizer {
 
     /// Tokenizes one text with the model's special tokens, truncated to the window.
     pub fn encode(&self, text: &str) -> Result<Encoded, ModelError> {
+        if let (Some(rules), Kind::HuggingFace(tok)) = (&self.static_rules, &self.kind) {
+            let text = match rules.char_limit {
+                Some(n) => text.char_indices().nth(n).map_or(text, |(at, _)| &text[..at]),
+                None => text,
+            };
+            let enc = tok.encode_fast(text, false).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            let ids: Vec<u32> = enc.get_ids().iter().copied().filter(|&id| Some(id) != rules.unk).collect();
+            return Ok(Encoded { type_ids: vec![0; ids.len()], ids });
+        }
         if let Some((prefix, suffix)) = &self.template {
             return self.encode_raw(&format!("{prefix}{text}{suffix}"));
         }

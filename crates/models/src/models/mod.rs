@@ -18,3 +18,4 @@ pub mod qwen2_vl;
 pub mod qwen3;
 pub mod siglip;
 pub mod splade;
+pub mod static_model;

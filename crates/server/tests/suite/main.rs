@@ -24,5 +24,6 @@ mod openai_client;
 mod parity;
 mod rerank_classify;
 mod siglip;
+mod static_models;
 mod tei;
 mod vllm;
