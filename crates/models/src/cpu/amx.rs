@@ -117,10 +117,18 @@ mod imp {
         granted == 0
     }
 
+    /// Loads the tile configuration (eight tiles of 16 rows × 64 bytes) for this thread.
+    ///
+    /// # Safety
+    /// The CPU has AMX and the kernel granted this process its tile state (`detect_and_request`).
     pub unsafe fn configure() {
         asm!("ldtilecfg [{}]", in(reg) &CONFIG as *const Config, options(nostack, readonly));
     }
 
+    /// Returns this thread's tiles to the init state.
+    ///
+    /// # Safety
+    /// As for [`configure`]; no tile holds data a caller still needs.
     pub unsafe fn release() {
         asm!("tilerelease", options(nostack, nomem));
     }
@@ -128,6 +136,10 @@ mod imp {
     /// One kernel per (instruction, rows): C tiles 0-3, A tiles 4-5, B tiles 6-7; the loop runs `steps` times.
     macro_rules! tile_kernel {
         ($name:ident, $op:literal, 32) => {
+            /// # Safety
+            /// The tiles are configured on this thread ([`configure`]); `a` is readable for 32 rows of
+            /// `steps · 64` bytes (stride `lda`), `b` for `steps · 2048` bytes, `c` writable for 32 rows of 128
+            /// bytes; `steps ≥ 1`.
             pub unsafe fn $name(a: *const u8, lda: usize, b: *const u8, steps: usize, c: *mut u8) {
                 debug_assert!(steps > 0);
                 asm!(
@@ -167,6 +179,8 @@ mod imp {
             }
         };
         ($name:ident, $op:literal, 16) => {
+            /// # Safety
+            /// As for the 32-row kernels, for 16 rows of `a` and of `c`.
             pub unsafe fn $name(a: *const u8, lda: usize, b: *const u8, steps: usize, c: *mut u8) {
                 debug_assert!(steps > 0);
                 asm!(
@@ -203,22 +217,35 @@ mod imp {
     tile_kernel!(u8i8_16x32, "tdpbusd", 16);
 }
 
+/// Never called elsewhere: [`available`] is false there, and only it leads to these.
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
     pub fn detect_and_request() -> bool {
         false
     }
+    /// # Safety
+    /// Never called (see above).
     pub unsafe fn configure() {}
+    /// # Safety
+    /// Never called (see above).
     pub unsafe fn release() {}
+    /// # Safety
+    /// Never called (see above).
     pub unsafe fn bf16_32x32(_: *const u8, _: usize, _: *const u8, _: usize, _: *mut u8) {
         unreachable!("AMX is x86-64 only")
     }
+    /// # Safety
+    /// Never called (see above).
     pub unsafe fn bf16_16x32(_: *const u8, _: usize, _: *const u8, _: usize, _: *mut u8) {
         unreachable!("AMX is x86-64 only")
     }
+    /// # Safety
+    /// Never called (see above).
     pub unsafe fn u8i8_32x32(_: *const u8, _: usize, _: *const u8, _: usize, _: *mut u8) {
         unreachable!("AMX is x86-64 only")
     }
+    /// # Safety
+    /// Never called (see above).
     pub unsafe fn u8i8_16x32(_: *const u8, _: usize, _: *const u8, _: usize, _: *mut u8) {
         unreachable!("AMX is x86-64 only")
     }

@@ -184,11 +184,15 @@ fn gemm_on(path: Path, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
     split_tiles(m, path.tile_rows(), n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
-        // SAFETY: the tasks cover disjoint (rows, panels) rectangles of C.
+        // The tasks cover disjoint (rows, panels) rectangles of C, inside `c` (asserted above), and `path` is
+        // one this CPU runs (`Path::get`).
         match path {
+            // SAFETY: as above; AMX is available and its permission granted.
             Path::Amx => ROWS.with(|buf| unsafe { amx_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) }),
+            // SAFETY: as above; the CPU has AVX512-BF16.
             Path::Native => ROWS.with(|buf| unsafe { native_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) }),
             Path::Widened => {
+                // SAFETY: as above; the f32 kernels run on `Isa::get`.
                 WIDE.with(|buf| unsafe { widened_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) })
             }
         }
@@ -225,6 +229,10 @@ fn round_rows(a: MatRef, rows: std::ops::Range<usize>, kp: usize, tile_rows: usi
 
 /// Each `tile_rows × 32` tile of a task's rectangle: `tile(local row, rows here, panel, sums)` fills the sums
 /// (`tile_rows` rows of 32), which are then copied into `C` and finished by the epilogue.
+///
+/// # Safety
+/// `out` is valid for reads and writes of the rectangle `rows` × the columns of `panels` of `C`, which no other
+/// thread touches meanwhile; `panels` lie within `w`, and `epi`'s operands cover that rectangle.
 unsafe fn by_tiles(
     w: &PackedBf16,
     out: Out,
@@ -253,6 +261,9 @@ unsafe fn by_tiles(
 }
 
 /// One task on AVX512-BF16: its rows rounded to bf16 pairs once, then each 12 × 32 tile over the whole depth.
+///
+/// # Safety
+/// The CPU has AVX512-BF16; `rows` lie within `a`; otherwise as for [`by_tiles`].
 unsafe fn native_block(
     a: MatRef,
     pairs: &mut Vec<u32>,
@@ -274,6 +285,9 @@ unsafe fn native_block(
 
 /// One task on AMX: its rows rounded to bf16 pairs once, then each 32 × 32 tile (16 × 32 where 16 rows are
 /// left) over the whole depth.
+///
+/// # Safety
+/// AMX is available ([`amx::available`]); `rows` lie within `a`; otherwise as for [`by_tiles`].
 unsafe fn amx_block(
     a: MatRef,
     pairs: &mut Vec<u32>,
@@ -298,6 +312,9 @@ unsafe fn amx_block(
 }
 
 /// One task elsewhere: each panel widened to f32 and multiplied by the f32 kernels, `A` as it is.
+///
+/// # Safety
+/// `rows` lie within `a`; otherwise as for [`by_tiles`].
 unsafe fn widened_block(
     a: MatRef,
     (scratch, wide): &mut (Vec<f32>, PackedB),
@@ -331,6 +348,9 @@ mod x86 {
 
     /// Rounds `src` to bf16 pairs in `dst` 32 values at a time, as far as whole groups of 32 go; returns the
     /// pairs written. `vcvtne2ps2bf16` rounds to nearest even, as `to_bf16` does (it flushes subnormals).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and AVX512-BF16 (the slices bound every access).
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn round_pairs(src: &[f32], dst: &mut [u32]) -> usize {
         let groups = (src.len() / 32).min(dst.len() / 16);
@@ -345,6 +365,10 @@ mod x86 {
     }
 
     /// `acc[12 × 32] = Σ_q a_pair(r, q) · b_pair(q, j)` with `vdpbf16ps`: 24 accumulators of 16 lanes.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and AVX512-BF16; `a` is readable for 12 rows of `kp` pairs (stride `lda`), `b` for
+    /// a packed panel of `kp × 32` pairs, and `acc` writable for 12 × 32 floats.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn kernel_12x32(kp: usize, a: *const u32, lda: usize, b: *const u16, acc: *mut f32) {
         let mut s = [[_mm512_setzero_ps(); 2]; MR];
@@ -390,6 +414,7 @@ mod tests {
         // Exact ties between two bf16 values, both ways, and signs.
         src.extend((0..64).map(|i| (1.0 + (2 * i + 1) as f32 / 256.0) * if i % 2 == 0 { 1.0 } else { -1.0 }));
         let mut dst = vec![0u32; src.len().div_ceil(2)];
+        // SAFETY: `native()` holds, so the CPU has AVX512-BF16.
         let done = unsafe { x86::round_pairs(&src, &mut dst) };
         assert_eq!(done, src.len() / 32 * 16);
         for (q, &pair) in dst[..done].iter().enumerate() {

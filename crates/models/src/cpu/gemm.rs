@@ -147,8 +147,10 @@ pub(crate) struct Out {
     pub ld: usize,
 }
 
-// SAFETY: every task writes a disjoint set of tiles of `C`.
+// SAFETY: `Out` is a pointer and a stride; the GEMMs hand it to tasks that write disjoint tiles of `C`
+// (`split_tiles`), so moving it to another thread races with nothing.
 unsafe impl Send for Out {}
+// SAFETY: as for `Send`: shared between the tasks of one product, each of which writes only its own tiles.
 unsafe impl Sync for Out {}
 
 thread_local! {
@@ -250,6 +252,10 @@ fn split_chunk(
 
 /// One thread's share: rows `rows` of C, panels `panels` of B. Rows go by in chunks of `mc`, so the
 /// chunk of A stays in L2 while the panels of B go by.
+///
+/// # Safety
+/// `isa` is one this CPU has ([`Isa::get`]); `rows` lie within `a`, `panels` within `b`, and `out` is valid
+/// for the elements of that rectangle of `C` (and of no other task's) as [`gemm_raw`] requires.
 unsafe fn gemm_block(
     isa: Isa,
     a: MatRef,
@@ -356,6 +362,11 @@ fn pad_rows(buf: &mut Vec<f32>, a: MatRef, row0: usize, rows: usize, pc: usize, 
 /// Finishes a `rows × cols` tile of `C` at `c` (row stride `ldc`), whose origin is `(row0, col0)` of the
 /// product. One call per tile, compiled once per instruction set: the rows are short (at most 32 columns), so a
 /// dispatch per row would cost more than its arithmetic.
+///
+/// # Safety
+/// `isa` is one this CPU has; `c + r * ldc + j` is valid for reads and writes for `r < rows`, `j < cols`, and
+/// no other thread touches those elements; a bias covers columns `col0 + cols`, a residual the same elements
+/// of a `ldc`-strided matrix at `(row0, col0)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn apply_epilogue(
     isa: Isa,
@@ -367,11 +378,15 @@ pub(crate) unsafe fn apply_epilogue(
     rows: usize,
     cols: usize,
 ) {
+    /// # Safety
+    /// The CPU has these features; otherwise as for [`apply_epilogue`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
     unsafe fn avx512(epi: Epilogue, c: *mut f32, ldc: usize, row0: usize, col0: usize, rows: usize, cols: usize) {
         epilogue_rows(epi, c, ldc, row0, col0, rows, cols)
     }
+    /// # Safety
+    /// The CPU has these features; otherwise as for [`apply_epilogue`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn avx2(epi: Epilogue, c: *mut f32, ldc: usize, row0: usize, col0: usize, rows: usize, cols: usize) {
@@ -387,6 +402,10 @@ pub(crate) unsafe fn apply_epilogue(
     }
 }
 
+/// [`apply_epilogue`]'s rows, compiled into each instruction set's wrapper.
+///
+/// # Safety
+/// As for [`apply_epilogue`].
 #[inline(always)]
 unsafe fn epilogue_rows(epi: Epilogue, c: *mut f32, ldc: usize, row0: usize, col0: usize, rows: usize, cols: usize) {
     for r in 0..rows {
@@ -407,6 +426,11 @@ unsafe fn epilogue_rows(epi: Epilogue, c: *mut f32, ldc: usize, row0: usize, col
 }
 
 /// `C tile (mr × nr) (+)= A rows (row stride lda) · B panel`, over depth `kc`.
+///
+/// # Safety
+/// `isa` is one this CPU has; `a` is readable for `isa.mr()` rows of `kc` (stride `lda`), `b` for a packed
+/// panel of `kc × nr` (and the prefetch distance past it is never dereferenced), `c` readable and writable for
+/// `mr` rows of `nr` (stride `ldc`), and nothing else writes them meanwhile.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 unsafe fn kernel(isa: Isa, kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
@@ -420,6 +444,9 @@ unsafe fn kernel(isa: Isa, kc: usize, a: *const f32, lda: usize, b: *const f32, 
 }
 
 /// [`kernel`] over a micro-panel [`pack_panels`] wrote (only the AVX-512 kernel reads packed `A`).
+///
+/// # Safety
+/// As for [`kernel`], with `a` a whole packed micro-panel of `kc` steps; `isa` is AVX-512.
 #[inline]
 unsafe fn packed_kernel(isa: Isa, kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
     match isa {
@@ -430,6 +457,9 @@ unsafe fn packed_kernel(isa: Isa, kc: usize, a: *const f32, b: *const f32, c: *m
 }
 
 /// Portable kernel: the reference the SIMD ones are tested against.
+///
+/// # Safety
+/// As for [`kernel`], for a 4 × 8 tile.
 unsafe fn kernel_4x8(kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
     let mut sum = [[0f32; 8]; 4];
     for p in 0..kc {
@@ -464,6 +494,9 @@ mod x86 {
     }
 
     /// AVX2+FMA: 6 rows × 16 columns, 12 accumulators.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; the pointers are valid as [`super::kernel`] says, for a 6 × 16 tile.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn kernel_6x16(kc: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, acc: bool) {
         let mut s = [[_mm256_setzero_ps(); 2]; 6];
@@ -516,6 +549,9 @@ mod x86 {
 
     /// AVX-512: 14 rows × 32 columns, 28 accumulators (two B loads and 14 broadcasts feed 28 FMAs). `A` is
     /// read in place (row stride `lda`) or, `PACKED`, from a micro-panel `pack_panels` wrote (`lda` unused).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; the pointers are valid as [`super::kernel`] says, for a 14 × 32 tile.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn kernel_14x32<const PACKED: bool>(
         kc: usize,

@@ -383,8 +383,9 @@ impl SharedOut {
     }
 }
 
-// SAFETY: tasks write disjoint regions (see `attention`).
+// SAFETY: a pointer to the context buffer; the attention tasks write disjoint regions of it (see `attention`).
 unsafe impl Send for SharedOut {}
+// SAFETY: as for `Send`: shared by the tasks of one attention call, each writing only its own region.
 unsafe impl Sync for SharedOut {}
 
 /// A right-hand operand of attention's two products, packed from the batch: f32 panels, or bf16 ones where

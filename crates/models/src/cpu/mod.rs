@@ -28,7 +28,7 @@ impl Isa {
     pub fn get() -> Isa {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(|| {
-            let best = detect();
+            let best = hardware();
             let wanted = match std::env::var("ALEPH_CPU_ISA").ok().as_deref() {
                 Some("scalar") => Isa::Scalar,
                 Some("avx2") => Isa::Avx2,
@@ -43,6 +43,17 @@ impl Isa {
         })
     }
 
+    /// `self`, or the widest set this CPU has where `self` is wider: what a kernel dispatch may run for an
+    /// `Isa` a caller built, so no safe call can reach instructions the CPU lacks.
+    pub fn usable(self) -> Isa {
+        let best = hardware();
+        if (self as u8) < (best as u8) {
+            best
+        } else {
+            self
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Isa::Avx512 => "avx512",
@@ -50,6 +61,12 @@ impl Isa {
             Isa::Scalar => "scalar",
         }
     }
+}
+
+/// The widest set the hardware has, detected once.
+fn hardware() -> Isa {
+    static HARDWARE: OnceLock<Isa> = OnceLock::new();
+    *HARDWARE.get_or_init(detect)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -124,4 +141,22 @@ pub fn pool() -> &'static rayon::ThreadPool {
             .build()
             .expect("building the compute thread pool")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caller's `Isa` never reaches instructions the CPU lacks: wider sets fall back to the hardware's.
+    #[test]
+    fn usable_never_answers_wider_than_the_hardware() {
+        let best = hardware();
+        for isa in [Isa::Avx512, Isa::Avx2, Isa::Scalar] {
+            let usable = isa.usable();
+            assert!(usable as u8 >= best as u8, "{isa:?} -> {usable:?} on {best:?}");
+            if isa as u8 >= best as u8 {
+                assert_eq!(usable, isa, "a set the CPU has is kept");
+            }
+        }
+    }
 }

@@ -250,6 +250,8 @@ macro_rules! versions {
             #[allow(unused_imports)]
             use super::*;
             $(
+                /// # Safety
+                /// The CPU has these features (the slices bound every access).
                 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
                 pub unsafe fn $name($($arg: $ty),*) { $body($($arg),*) }
             )*
@@ -259,16 +261,19 @@ macro_rules! versions {
             #[allow(unused_imports)]
             use super::*;
             $(
+                /// # Safety
+                /// The CPU has these features (the slices bound every access).
                 #[target_feature(enable = "avx2,fma")]
                 pub unsafe fn $name($($arg: $ty),*) { $body($($arg),*) }
             )*
         }
         $(
             pub fn $name(isa: Isa, $($arg: $ty),*) {
-                match isa {
-                    // SAFETY: `Isa::get` only reports instruction sets the CPU has.
+                match isa.usable() {
+                    // SAFETY: `usable` never answers a set wider than the CPU has.
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => unsafe { avx512::$name($($arg),*) },
+                    // SAFETY: as above.
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => unsafe { avx2::$name($($arg),*) },
                     _ => $body($($arg),*),
@@ -295,21 +300,26 @@ versions! {
 
 /// [`quantize_row_body`] for the running CPU.
 pub fn quantize_row(isa: Isa, x: &[f32], out: &mut [u8], top: u8) -> (f32, i32) {
+    /// # Safety
+    /// The CPU has these features.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
     unsafe fn wide(x: &[f32], out: &mut [u8], top: f32) -> (f32, i32) {
         quantize_row_body(x, out, top)
     }
+    /// # Safety
+    /// The CPU has these features.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn narrow(x: &[f32], out: &mut [u8], top: f32) -> (f32, i32) {
         quantize_row_body(x, out, top)
     }
     let top = top as f32;
-    match isa {
-        // SAFETY: `Isa::get` only reports instruction sets the CPU has.
+    match isa.usable() {
+        // SAFETY: `usable` never answers a set wider than the CPU has.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { wide(x, out, top) },
+        // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { narrow(x, out, top) },
         _ => quantize_row_body(x, out, top),

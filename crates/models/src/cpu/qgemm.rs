@@ -231,6 +231,11 @@ fn gemm_on(on_amx: bool, a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi
 /// One task: its quantized rows (starting at `rows.start`) against panels `panels` of the weight, a
 /// `tile_rows × 32` tile at a time: `tile(local row, rows here, panel, sums)` fills the integer sums, which
 /// are dequantized into `C` and finished by the epilogue.
+///
+/// # Safety
+/// `quant` holds whole tiles of rows from `rows.start`; `out` is valid for reads and writes of the rectangle
+/// `rows` × the columns of `panels` of `C`, which no other thread touches meanwhile; `panels` lie within `w`,
+/// and `epi`'s operands cover that rectangle.
 #[allow(clippy::too_many_arguments)]
 unsafe fn by_tiles(
     quant: &QuantRows,
@@ -267,6 +272,10 @@ unsafe fn by_tiles(
 }
 
 /// `acc[MR × NR] = Σ a_u8 · b_i8` over `k4` steps of 4.
+///
+/// # Safety
+/// `a` is readable for `MR` rows of `4 · k4` codes (stride `lda`), with codes up to [`top_code`]; `b` for a
+/// packed panel of `k4` steps; `acc` writable for `MR × NR` sums.
 #[inline]
 unsafe fn kernel(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
     match kernel_kind() {
@@ -283,6 +292,9 @@ unsafe fn kernel(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i3
 }
 
 /// The reference kernel, for machines without VNNI.
+///
+/// # Safety
+/// As for [`kernel`].
 unsafe fn kernel_portable(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
     for r in 0..MR {
         for j in 0..NR {
@@ -304,6 +316,9 @@ mod x86 {
     use super::{MR, NR};
 
     /// 3 rows × 32 columns with AVX2: 12 accumulators of 8 i32 lanes.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; the pointers are valid as [`super::kernel`] says, for 3 rows; codes are at most 127.
     #[target_feature(enable = "avx2")]
     pub unsafe fn kernel_3x32_avx2(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
         let ones = _mm256_set1_epi16(1);
@@ -331,6 +346,10 @@ mod x86 {
         }
     }
 
+    /// `vpdpbusd`: 12 rows × 32 columns, 24 accumulators.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, BW and VNNI; the pointers are valid as [`super::kernel`] says.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn kernel_12x32(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
         let mut s = [[_mm512_setzero_si512(); 2]; MR];
@@ -377,6 +396,8 @@ mod tests {
         let b: Vec<i8> = (0..NR * k4 * 4).map(|i| ((i * 17 % 255) as i32 - 127) as i8).collect();
         let mut want = [0i32; MR * NR];
         let mut got = [0i32; MR * NR];
+        // SAFETY: `a` holds MR rows of `4 · k4` codes up to `top_code`, `b` a panel of `k4` steps, and the sums
+        // are MR × NR; `kernel` runs this machine's kernel.
         unsafe {
             kernel_portable(k4, a.as_ptr(), k4 * 4, b.as_ptr(), want.as_mut_ptr());
             kernel(k4, a.as_ptr(), k4 * 4, b.as_ptr(), got.as_mut_ptr());
@@ -430,6 +451,8 @@ mod tests {
         let b: Vec<i8> = (0..NR * kp).map(|i| ((i * 17 % 255) as i32 - 127) as i8).collect();
         let mut want = vec![0i32; AMX_MR * NR];
         let mut got = vec![0i32; AMX_MR * NR];
+        // SAFETY: AMX is available (checked above); `a` holds 32 rows of `kp` codes, `b` `steps` panels' steps,
+        // and `want`/`got` 32 × 32 sums; every portable call reads a zero-padded copy of MR rows.
         unsafe {
             for block in 0..AMX_MR.div_ceil(MR) {
                 let rows = MR.min(AMX_MR - block * MR);
