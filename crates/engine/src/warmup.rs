@@ -1,5 +1,13 @@
-//! Start-up work on a freshly loaded model, before its threads serve: warm-up batches at the limits
-//! (so memory problems show at boot) and the int8 / uint8 output calibration.
+//! Start-up work on a freshly loaded model, before its threads serve: a warm-up batch and the int8 / uint8
+//! output calibration.
+//!
+//! On a GPU (candle) the warm-up batch is the largest the limits allow, so memory problems show at boot. On
+//! Aleph's CPU kernels it is one short batch: the weights are packed in memory by the load already, so what the
+//! first request needs warm is the compute pool, the kernels' scratch buffers and the tokenizer, which a short
+//! batch touches in milliseconds. The largest batch there only measured the host's speed (2 s of a 2-core
+//! start for MiniLM, 32 × 256 tokens) and found no memory problem a first request would not.
+
+use aleph_models::Compute;
 
 use std::time::Instant;
 
@@ -43,7 +51,11 @@ pub(crate) fn warmup_images(
 ) -> Result<(), ModelError> {
     let (w, h) = images.largest_output();
     let largest = Pixels { height: h, width: w, data: vec![0.0; 3 * w * h] };
-    let count = (config.max_batch_tokens / info.image_tokens(&largest).max(1)).clamp(1, config.batch_size);
+    let count = if at_the_limits(info) {
+        (config.max_batch_tokens / info.image_tokens(&largest).max(1)).clamp(1, config.batch_size)
+    } else {
+        1
+    };
     let batch = vec![largest; count];
     let started = Instant::now();
     model.forward_images(&batch)?;
@@ -65,7 +77,11 @@ pub(crate) fn warmup_audio(
     info: &ModelInfo,
     config: &HandleConfig,
 ) -> Result<(), ModelError> {
-    let count = (config.max_batch_tokens / info.audio_cost.max(1)).clamp(1, config.batch_size);
+    let count = if at_the_limits(info) {
+        (config.max_batch_tokens / info.audio_cost.max(1)).clamp(1, config.batch_size)
+    } else {
+        1
+    };
     let clip = audio.features(&[0.0; 16]);
     let started = Instant::now();
     model.forward_audio(&vec![clip; count])?;
@@ -74,7 +90,16 @@ pub(crate) fn warmup_audio(
     Ok(())
 }
 
-/// Runs the largest batch the limits allow, so memory problems show at boot, and logs the rate.
+/// Whether the warm-up runs the largest batch the limits allow (a GPU's memory is checked at boot) rather than a
+/// short one (Aleph's CPU kernels; see the module's notes).
+fn at_the_limits(info: &ModelInfo) -> bool {
+    info.backend != Compute::AlephCpu
+}
+
+/// Tokens of each sequence of the short warm-up batch: a short request's shape, with more than one tile of rows.
+const SHORT_WARMUP_TOKENS: usize = 32;
+
+/// Runs the warm-up batch ([`at_the_limits`] or short) and logs the rate.
 pub(crate) fn warmup(
     name: &str,
     model: &dyn aleph_models::Model,
@@ -82,9 +107,11 @@ pub(crate) fn warmup(
     info: &ModelInfo,
     config: &HandleConfig,
 ) -> Result<(), ModelError> {
-    let text = "warm ".repeat(info.window);
+    let full = at_the_limits(info);
+    let text = "warm ".repeat(if full { info.window } else { SHORT_WARMUP_TOKENS.min(info.window) });
     let seq = tokenizer.encode(&text)?;
-    let count = (config.max_batch_tokens / seq.len().max(1)).clamp(1, config.batch_size);
+    let count = if full { (config.max_batch_tokens / seq.len().max(1)).clamp(1, config.batch_size) } else { 2 };
+    let count = count.min(config.batch_size.max(1));
     let mut batch = Batch::new();
     for _ in 0..count {
         batch.push(&seq.ids, &seq.type_ids);

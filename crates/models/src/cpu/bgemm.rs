@@ -6,7 +6,8 @@
 //!
 //! Layout: `W` (`k × n`) in panels of 32 columns; within a panel, depth pairs `(2q, 2q + 1)` of column `j` sit
 //! side by side at `(q·32 + j)·2 + {0, 1}`, which is the operand order `vdpbf16ps` reads. An odd depth is
-//! padded with a zero row.
+//! padded with a zero row. The panels start [`LEAD`] zeros into the buffer, for the AVX2 kernel's loads two
+//! bytes early.
 
 use std::cell::RefCell;
 
@@ -28,6 +29,10 @@ pub fn to_bf16(x: f32) -> u16 {
 pub fn from_bf16(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
+
+/// Zeros before the first panel: the AVX2 kernel reads each 8-pair row from two bytes before it (so its even
+/// depths land in the high halves), which for the first pair of the first panel is the last of these.
+const LEAD: usize = 16;
 
 /// A weight in bf16, packed as the module comment describes.
 #[derive(Debug, Clone, Default)]
@@ -53,10 +58,10 @@ impl PackedBf16 {
         let kp = k.div_ceil(2);
         let panels = n.div_ceil(NR);
         self.data.clear();
-        self.data.resize(panels * kp * NR * 2, 0);
+        self.data.resize(LEAD + panels * kp * NR * 2, 0);
         for j in 0..n {
             let (p, jj) = (j / NR, j % NR);
-            let panel = &mut self.data[p * kp * NR * 2..];
+            let panel = &mut self.data[LEAD + p * kp * NR * 2..];
             for kk in 0..k {
                 panel[((kk / 2) * NR + jj) * 2 + kk % 2] = to_bf16(src[kk * s_k + j * s_n]);
             }
@@ -65,7 +70,7 @@ impl PackedBf16 {
     }
 
     pub fn bytes(&self) -> usize {
-        2 * self.data.len()
+        2 * self.data.len().saturating_sub(LEAD)
     }
 
     pub fn k(&self) -> usize {
@@ -77,7 +82,8 @@ impl PackedBf16 {
     }
 
     fn panel(&self, p: usize) -> &[u16] {
-        &self.data[p * self.kp * NR * 2..(p + 1) * self.kp * NR * 2]
+        let start = LEAD + p * self.kp * NR * 2;
+        &self.data[start..start + self.kp * NR * 2]
     }
 
     /// Columns `p·32 ..` of the weight, widened to f32 and packed for the f32 kernels.
@@ -115,6 +121,9 @@ enum Path {
     Amx,
     /// The AVX512-BF16 micro-kernel (`vdpbf16ps`).
     Native,
+    /// AVX2: a 6 × 16 f32 kernel that widens the bf16 pairs in registers (a shift and a mask per 8 columns
+    /// of two depths), `A` staying f32.
+    Avx2,
     /// Panels widened to f32 for the f32 kernels.
     Widened,
 }
@@ -125,6 +134,8 @@ impl Path {
             Path::Amx
         } else if native() {
             Path::Native
+        } else if Isa::get() == Isa::Avx2 {
+            Path::Avx2
         } else {
             Path::Widened
         }
@@ -135,6 +146,7 @@ impl Path {
         match self {
             Path::Amx => AMX_MR,
             Path::Native | Path::Widened => MR,
+            Path::Avx2 => AVX2_MR,
         }
     }
 }
@@ -148,12 +160,33 @@ pub fn fast() -> bool {
     amx::available() || native()
 }
 
+/// What bf16 weights cost on this CPU where it has no bf16 arithmetic (`None` where it has: AMX or AVX512-BF16),
+/// for the load log: the weights keep half the memory, the products run in f32.
+pub fn cost_note() -> Option<&'static str> {
+    if fast() {
+        None
+    } else if Isa::get() == Isa::Avx2 {
+        Some(
+            "this CPU has no bf16 arithmetic: the bf16 weights (half of f32's memory) are widened to f32 in \
+             registers and multiplied at about f32's speed (BENCHMARKS.md, AVX2), with bf16's rounding on the \
+             weights; --dtype float32 is as fast and exact, --dtype int8 about twice as fast",
+        )
+    } else {
+        Some(
+            "this CPU has no bf16 arithmetic: the bf16 weights (half of f32's memory) are widened to f32 panel by \
+             panel before each product, which is slower than --dtype float32; keep bfloat16 only for the memory",
+        )
+    }
+}
+
 /// The name of the bf16 kernel a weight of the model's usual depths (multiples of 32) runs on here.
 pub fn kernel_name() -> &'static str {
     if amx::available() {
         "amx-bf16"
     } else if native() {
         "avx512-bf16"
+    } else if Isa::get() == Isa::Avx2 {
+        "avx2 (bf16 widened in registers, f32 arithmetic)"
     } else {
         "bf16 widened to f32"
     }
@@ -191,6 +224,8 @@ fn gemm_on(path: Path, a: MatRef, w: &PackedBf16, c: &mut [f32], ldc: usize, epi
             Path::Amx => ROWS.with(|buf| unsafe { amx_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) }),
             // SAFETY: as above; the CPU has AVX512-BF16.
             Path::Native => ROWS.with(|buf| unsafe { native_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) }),
+            // SAFETY: as above; the CPU has AVX2 and FMA (`Isa::get`).
+            Path::Avx2 => WIDE.with(|buf| unsafe { avx2_block(a, &mut buf.borrow_mut().0, w, out, rows, cols, epi) }),
             Path::Widened => {
                 // SAFETY: as above; the f32 kernels run on `Isa::get`.
                 WIDE.with(|buf| unsafe { widened_block(a, &mut buf.borrow_mut(), w, out, rows, cols, epi) })
@@ -311,6 +346,78 @@ unsafe fn amx_block(
     });
 }
 
+/// Rows of the AVX2 kernel's tile.
+const AVX2_MR: usize = 6;
+
+/// Rows of `A` one pass over a task's panels takes: 16 tiles, about 100 KiB of `A` at MiniLM's depths, which
+/// stay in L2 while the panels go by.
+const AVX2_MC: usize = 16 * AVX2_MR;
+
+/// One task on AVX2: for each chunk of [`AVX2_MC`] rows, each half panel (16 columns) of each panel, each 6-row
+/// tile over the whole depth. Full tiles read `A` in place and write `C`; the edges go through zero-padded copies.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `rows` lie within `a`; otherwise as for [`by_tiles`].
+#[allow(unused_variables)]
+unsafe fn avx2_block(
+    a: MatRef,
+    pad: &mut Vec<f32>,
+    w: &PackedBf16,
+    out: Out,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    epi: Epilogue,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (k, isa) = (w.k, Isa::get());
+        let mut tile = [0f32; AVX2_MR * 16];
+        for chunk in rows.clone().step_by(AVX2_MC) {
+            let chunk_end = (chunk + AVX2_MC).min(rows.end);
+            // A short last tile reads a zero-padded copy of its rows.
+            let tail = chunk + (chunk_end - chunk) / AVX2_MR * AVX2_MR;
+            if tail < chunk_end {
+                pad.clear();
+                pad.resize(AVX2_MR * k, 0.0);
+                for r in tail..chunk_end {
+                    pad[(r - tail) * k..(r - tail + 1) * k].copy_from_slice(&a.data[r * a.ld..r * a.ld + k]);
+                }
+            }
+            for p in panels.clone() {
+                for half in 0..2 {
+                    let col0 = p * NR + half * 16;
+                    if col0 >= w.n {
+                        break;
+                    }
+                    let cols = 16.min(w.n - col0);
+                    // From the whole buffer, whose `LEAD` zeros the kernel's first early load reads.
+                    let b = w.data.as_ptr().add(LEAD + p * w.kp * NR * 2 + half * 32);
+                    for row0 in (chunk..chunk_end).step_by(AVX2_MR) {
+                        let rows_here = AVX2_MR.min(chunk_end - row0);
+                        let (ap, lda) = if rows_here == AVX2_MR {
+                            (a.data[row0 * a.ld..].as_ptr(), a.ld)
+                        } else {
+                            (pad.as_ptr(), k)
+                        };
+                        let cptr = out.ptr.add(row0 * out.ld + col0);
+                        if rows_here == AVX2_MR && cols == 16 {
+                            x86::kernel_6x16_avx2(k, ap, lda, b, cptr, out.ld);
+                        } else {
+                            x86::kernel_6x16_avx2(k, ap, lda, b, tile.as_mut_ptr(), 16);
+                            for r in 0..rows_here {
+                                std::ptr::copy_nonoverlapping(tile[r * 16..].as_ptr(), cptr.add(r * out.ld), cols);
+                            }
+                        }
+                        apply_epilogue(isa, epi, cptr, out.ld, row0, col0, rows_here, cols);
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("the AVX2 bf16 kernel on {}", std::env::consts::ARCH);
+}
+
 /// One task elsewhere: each panel widened to f32 and multiplied by the f32 kernels, `A` as it is.
 ///
 /// # Safety
@@ -345,6 +452,61 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{MR, NR};
+
+    /// `C[6 × 16] = A[6 × k] · W` on AVX2 from the bf16 pair layout, the 16 columns at `b` within a panel (pair
+    /// rows `NR` apart). A bf16 in the high half of a 32-bit lane, the low half zeroed, is that number as an
+    /// f32: masking a row of 8 pairs keeps the odd depth's values, and masking the same row loaded two bytes
+    /// early (each lane's low half moved up) keeps the even depth's. Masks run on any vector port, where a
+    /// shift would take FMA slots (15 % of the f32 rate on Zen 3); 12 accumulators (16 registers in all).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `a` is readable for 6 rows of `k` floats (stride `lda`), `b` for
+    /// `k.div_ceil(2)` pair rows of 16 pairs `NR` apart and for the 2 bytes before it (so `b` is never a
+    /// buffer's start), `c` writable for 6 rows of 16 floats (stride `ldc`).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn kernel_6x16_avx2(k: usize, a: *const f32, lda: usize, b: *const u16, c: *mut f32, ldc: usize) {
+        let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+        let mut s = [[_mm256_setzero_ps(); 2]; 6];
+        let raw = |q: usize, half: usize| _mm256_loadu_si256(b.add((q * NR + half * 8) * 2) as *const _);
+        // Two bytes early: each lane's high half is its own even depth.
+        let early = |q: usize, half: usize| _mm256_loadu_si256(b.add((q * NR + half * 8) * 2).sub(1) as *const _);
+        macro_rules! depth {
+            ($kk:expr, $b0:expr, $b1:expr) => {
+                let (b0, b1) = ($b0, $b1);
+                for (r, row) in s.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*a.add(r * lda + $kk));
+                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                }
+            };
+        }
+        let even = |q: usize| {
+            (
+                _mm256_castsi256_ps(_mm256_and_si256(early(q, 0), high)),
+                _mm256_castsi256_ps(_mm256_and_si256(early(q, 1), high)),
+            )
+        };
+        let odd = |q: usize| {
+            (
+                _mm256_castsi256_ps(_mm256_and_si256(raw(q, 0), high)),
+                _mm256_castsi256_ps(_mm256_and_si256(raw(q, 1), high)),
+            )
+        };
+        for q in 0..k / 2 {
+            let (b0, b1) = even(q);
+            depth!(2 * q, b0, b1);
+            let (b0, b1) = odd(q);
+            depth!(2 * q + 1, b0, b1);
+        }
+        if k % 2 == 1 {
+            let (b0, b1) = even(k / 2);
+            depth!(k - 1, b0, b1);
+        }
+        for (r, row) in s.iter().enumerate() {
+            _mm256_storeu_ps(c.add(r * ldc), row[0]);
+            _mm256_storeu_ps(c.add(r * ldc + 8), row[1]);
+        }
+    }
 
     /// Rounds `src` to bf16 pairs in `dst` 32 values at a time, as far as whole groups of 32 go; returns the
     /// pairs written. `vcvtne2ps2bf16` rounds to nearest even, as `to_bf16` does (it flushes subnormals).
@@ -435,11 +597,15 @@ mod tests {
             let packed = PackedBf16::pack(k, n, &w);
             let round = |v: f32| from_bf16(to_bf16(v)) as f64;
             let mut paths = vec![Path::for_weight(&packed), Path::Widened];
+            // The AVX2 kernel wherever the hardware has AVX2, so an AVX-512 machine tests it too.
+            if Isa::Avx2.usable() == Isa::Avx2 && !paths.contains(&Path::Avx2) {
+                paths.push(Path::Avx2);
+            }
             if native() {
                 paths.push(Path::Native);
             }
             for (path, parallel) in paths.into_iter().flat_map(|p| [(p, false), (p, true)]) {
-                let input = |v: f32| if path == Path::Widened { v as f64 } else { round(v) };
+                let input = |v: f32| if matches!(path, Path::Widened | Path::Avx2) { v as f64 } else { round(v) };
                 let mut c = vec![f32::NAN; m * n];
                 let a_ref = MatRef { data: &a, rows: m, cols: k, ld: k };
                 gemm_on(path, a_ref, &packed, &mut c, n, Epilogue::BiasResidual(&bias, &res), parallel);

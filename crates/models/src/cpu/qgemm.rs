@@ -1,7 +1,8 @@
 //! int8 GEMM for dynamically quantized linear layers (`--dtype int8`): weights quantized once per output
 //! channel (symmetric int8), activations per row at run time (u8 over the row's own range with a zero
-//! point, which the column sums of the weights remove again). AVX-512 VNNI's `vpdpbusd` does 64 multiply-adds per
-//! instruction; machines without it run a portable kernel.
+//! point, which the column sums of the weights remove again). AMX's `tdpbusd` and AVX-512 VNNI's `vpdpbusd`
+//! multiply u8 by i8 and sum in i32; AVX2 goes through `vpmaddubsw`'s i16 pair sums (weights at 7 bits, so
+//! they cannot saturate); machines without AVX2 run a portable kernel.
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -19,8 +20,10 @@ enum Kernel {
     Amx,
     /// `vpdpbusd`: u8 × i8 summed in fours into i32, 64 per instruction.
     Vnni,
-    /// `vpmaddubsw` + `vpmaddwd`: the same sums through i16. Activations use 7 bits so the i16 pair sums
-    /// cannot saturate (127 · 127 · 2 < 32767).
+    /// `vpmaddubsw` + `vpmaddwd`: the same sums through i16 pair sums, which saturate unless one operand gives
+    /// up a bit. The weights do (±63, per output channel): 255 · 63 · 2 < 32767. On MiniLM that split is the
+    /// more exact one: cosine to f32 at least 0.9940 over the parity sentences, against 0.9883 with the
+    /// activations at 7 bits (BENCHMARKS.md, AVX2).
     Avx2,
     Portable,
 }
@@ -40,15 +43,6 @@ fn kernel_kind() -> Kernel {
     })
 }
 
-/// The largest activation code the kernel takes.
-fn top_code() -> u8 {
-    if kernel_kind() == Kernel::Avx2 {
-        127
-    } else {
-        255
-    }
-}
-
 /// Whether the VNNI kernel can run here.
 fn vnni() -> bool {
     static VNNI: OnceLock<bool> = OnceLock::new();
@@ -64,10 +58,18 @@ fn vnni() -> bool {
     })
 }
 
-/// How many quantization levels activations get on this machine's kernel: 256, or 128 where the AVX2 kernel
-/// keeps them to 7 bits (twice the step, so twice the rounding).
-pub fn activation_levels() -> u32 {
-    top_code() as u32 + 1
+/// The largest weight code the kernel takes: 127, or 63 where the AVX2 kernel keeps weights to 7 bits.
+fn weight_top() -> i8 {
+    if kernel_kind() == Kernel::Avx2 {
+        63
+    } else {
+        127
+    }
+}
+
+/// How much coarser than 8 bits the weights are quantized on this machine: 2 on AVX2 (7 bits), else 1.
+pub fn weight_coarsening() -> f32 {
+    127.0 / weight_top() as f32
 }
 
 /// The name of the int8 kernel this machine uses.
@@ -75,12 +77,12 @@ pub fn kernel_name() -> &'static str {
     match kernel_kind() {
         Kernel::Amx => "amx-int8",
         Kernel::Vnni => "avx512-vnni",
-        Kernel::Avx2 => "avx2 (7-bit activations)",
+        Kernel::Avx2 => "avx2 (7-bit weights)",
         Kernel::Portable => "portable",
     }
 }
 
-/// A weight `[n, k]` quantized per output channel and packed for the kernel: panels of 32 columns, each
+/// A weight `[n, k]` quantized per output channel (to ±[`weight_top`]) and packed for the kernel: panels of 32 columns, each
 /// k-step of 4 holding 32 × 4 bytes (column-major within the step, as `vpdpbusd` consumes them).
 #[derive(Debug, Clone)]
 pub struct PackedI8 {
@@ -114,16 +116,19 @@ impl PackedI8 {
         let kp = k.div_ceil(4) * 4;
         let panels = n.div_ceil(NR);
         let mut data = vec![0i8; panels * kp * NR];
-        let mut scales = vec![1f32; n];
-        let mut colsum = vec![0i32; n];
+        // Whole panels of scales and column sums (the padding columns' are 0), so a kernel's epilogue loads
+        // a panel's worth without a bound check.
+        let mut scales = vec![0f32; panels * NR];
+        let mut colsum = vec![0i32; panels * NR];
         for j in 0..n {
             let row = &w[j * k..(j + 1) * k];
             let amax = row.iter().fold(0f32, |m, x| m.max(x.abs()));
-            let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+            let top = weight_top() as f32;
+            let scale = if amax > 0.0 { amax / top } else { 1.0 };
             scales[j] = scale;
             let (p, jj) = (j / NR, j % NR);
             for (kk, x) in row.iter().enumerate() {
-                let q = (x / scale).round().clamp(-127.0, 127.0) as i8;
+                let q = (x / scale).round().clamp(-top, top) as i8;
                 colsum[j] += q as i32;
                 data[p * kp * NR + ((kk / 4) * NR + jj) * 4 + kk % 4] = q;
             }
@@ -171,7 +176,7 @@ fn quantize_rows(a: MatRef, rows: std::ops::Range<usize>, w: &PackedI8, out: &mu
             out.smoothed.extend(src.iter().zip(&w.inv_smooth).map(|(x, s)| x * s));
             src = &out.smoothed;
         }
-        let (scale, zero) = ops::quantize_row(isa, src, &mut dst[..a.cols], top_code());
+        let (scale, zero) = ops::quantize_row(isa, src, &mut dst[..a.cols], 255);
         dst[a.cols..].fill(zero.clamp(0, 255) as u8);
         out.scale.push(scale);
         out.zero.push(zero);
@@ -180,15 +185,32 @@ fn quantize_rows(a: MatRef, rows: std::ops::Range<usize>, w: &PackedI8, out: &mu
 
 /// `C = dequant(quant(A) · W_q)` then the epilogue; `C` row-major with row stride `ldc`.
 pub fn gemm_i8(a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
-    gemm_on(kernel_kind() == Kernel::Amx && w.kp.is_multiple_of(amx::A_STEP), a, w, c, ldc, epi, parallel)
+    let route = if kernel_kind() == Kernel::Amx && w.kp.is_multiple_of(amx::A_STEP) {
+        Route::Amx
+    } else if avx2_fused() {
+        Route::Avx2Fused
+    } else {
+        Route::Tiles
+    };
+    gemm_on(route, a, w, c, ldc, epi, parallel)
+}
+
+/// How [`gemm_on`] computes the tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// AMX tiles (where AMX is available and the depth is whole tiles).
+    Amx,
+    /// AVX2's kernel, dequantizing in registers (where the kernel is AVX2's).
+    Avx2Fused,
+    /// The micro-kernel of [`kernel_kind`] into integer sums, dequantized after.
+    Tiles,
 }
 
 /// Rows of the AMX tile pair.
 const AMX_MR: usize = 32;
 
-/// [`gemm_i8`] on AMX tiles or on the micro-kernel of [`kernel_kind`] (`on_amx` only where AMX is available
-/// and `w`'s depth is whole tiles).
-fn gemm_on(on_amx: bool, a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
+/// [`gemm_i8`] by `route`, which this machine must be able to take.
+fn gemm_on(route: Route, a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi: Epilogue, parallel: bool) {
     let (m, n) = (a.rows, w.n);
     assert_eq!(a.cols, w.k, "inner dimensions differ");
     assert!(m == 0 || c.len() >= (m - 1) * ldc + n, "C is too small");
@@ -196,6 +218,7 @@ fn gemm_on(on_amx: bool, a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi
         return;
     }
     let out = Out { ptr: c.as_mut_ptr(), ld: ldc };
+    let on_amx = route == Route::Amx;
     let tile_rows = if on_amx { AMX_MR } else { MR };
     split_tiles(m, tile_rows, n.div_ceil(NR), n * w.k, parallel, |rows, cols| {
         ROWS.with(|buf| {
@@ -218,6 +241,8 @@ fn gemm_on(on_amx: bool, a: MatRef, w: &PackedI8, c: &mut [f32], ldc: usize, epi
                             tiles.u8i8_16x32(a, kp, b, steps, acc.as_mut_ptr());
                         }
                     });
+                } else if route == Route::Avx2Fused {
+                    by_tiles_avx2(quant, w, out, rows, cols, epi);
                 } else {
                     by_tiles(quant, w, out, rows, cols, epi, MR, |local, _, b, acc| {
                         kernel(kp / 4, quant.q[local * kp..].as_ptr(), kp, b, acc.as_mut_ptr());
@@ -271,22 +296,72 @@ unsafe fn by_tiles(
     }
 }
 
+/// Whether the AVX2 kernel that dequantizes in its own registers runs (this machine's kernel is AVX2's).
+fn avx2_fused() -> bool {
+    cfg!(target_arch = "x86_64") && kernel_kind() == Kernel::Avx2
+}
+
+/// [`by_tiles`] for the AVX2 kernel, which dequantizes its sums into `C` itself (a 12 × 32 tile at a time),
+/// then the epilogue.
+///
+/// # Safety
+/// As for [`by_tiles`], and the CPU has AVX2 ([`avx2_fused`]).
+unsafe fn by_tiles_avx2(
+    quant: &QuantRows,
+    w: &PackedI8,
+    out: Out,
+    rows: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    epi: Epilogue,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let kp = w.kp;
+        let isa = Isa::get();
+        for p in panels {
+            let col0 = p * NR;
+            let cols = NR.min(w.n - col0);
+            for row0 in rows.clone().step_by(MR) {
+                let local = row0 - rows.start;
+                let rows_here = MR.min(rows.end - row0);
+                let tile = x86::Tile {
+                    k4: kp / 4,
+                    a: quant.q[local * kp..].as_ptr(),
+                    lda: kp,
+                    b: w.data[p * kp * NR..].as_ptr(),
+                    rows: rows_here,
+                    cols,
+                    c: out.ptr.add(row0 * out.ld + col0),
+                    ldc: out.ld,
+                    scale_a: quant.scale[local..].as_ptr(),
+                    zero_a: quant.zero[local..].as_ptr(),
+                    colsum: w.colsum[col0..].as_ptr(),
+                    scale_w: w.scales[col0..].as_ptr(),
+                };
+                x86::tile_12x32_avx2(&tile);
+                apply_epilogue(isa, epi, tile.c, out.ld, row0, col0, rows_here, cols);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!(
+        "the AVX2 kernel on {}: {:?}",
+        std::env::consts::ARCH,
+        (quant.q.len(), w.n, out.ld, rows, panels, epi)
+    );
+}
+
 /// `acc[MR × NR] = Σ a_u8 · b_i8` over `k4` steps of 4.
 ///
 /// # Safety
-/// `a` is readable for `MR` rows of `4 · k4` codes (stride `lda`), with codes up to [`top_code`]; `b` for a
+/// `a` is readable for `MR` rows of `4 · k4` codes (stride `lda`); `b` for a
 /// packed panel of `k4` steps; `acc` writable for `MR × NR` sums.
 #[inline]
 unsafe fn kernel(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
     match kernel_kind() {
         #[cfg(target_arch = "x86_64")]
         Kernel::Vnni | Kernel::Amx => x86::kernel_12x32(k4, a, lda, b, acc),
-        #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            for group in 0..MR / 3 {
-                x86::kernel_3x32_avx2(k4, a.add(group * 3 * lda), lda, b, acc.add(group * 3 * NR));
-            }
-        }
+        // AVX2's kernel dequantizes in place (`tile_12x32_avx2`); these integer sums are the portable kernel's.
         _ => kernel_portable(k4, a, lda, b, acc),
     }
 }
@@ -315,34 +390,103 @@ mod x86 {
 
     use super::{MR, NR};
 
-    /// 3 rows × 32 columns with AVX2: 12 accumulators of 8 i32 lanes.
+    /// One `MR × NR` tile for [`tile_12x32_avx2`]: its operands and where its dequantized values go.
+    pub struct Tile {
+        /// Steps of 4 in the depth.
+        pub k4: usize,
+        /// `MR` rows of `4 · k4` activation codes, `lda` apart (rows past `rows` are padding, never stored).
+        pub a: *const u8,
+        pub lda: usize,
+        /// The weight panel (`k4` steps of 32 × 4 codes).
+        pub b: *const i8,
+        /// The rows and columns of the tile that lie in `C`.
+        pub rows: usize,
+        pub cols: usize,
+        /// The tile's first element in `C`, rows `ldc` apart.
+        pub c: *mut f32,
+        pub ldc: usize,
+        /// Per row of the tile: the activations' scale and zero point.
+        pub scale_a: *const f32,
+        pub zero_a: *const i32,
+        /// Per column of the panel (32 of each): the weights' column sums and scales.
+        pub colsum: *const i32,
+        pub scale_w: *const f32,
+    }
+
+    /// A 12 × 32 tile with AVX2, as four strips of 12 × 8: twelve accumulators of 8 i32 sums, the strip's
+    /// 32 weight bytes of a step in one register, and each row's 4 codes broadcast (16 registers in all;
+    /// wider strips spill). The sums are dequantized in registers, `(Σ − zero_a · colsum) · scale_a · scale_w`,
+    /// and stored into `C`.
     ///
     /// # Safety
-    /// The CPU has AVX2; the pointers are valid as [`super::kernel`] says, for 3 rows; codes are at most 127.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn kernel_3x32_avx2(k4: usize, a: *const u8, lda: usize, b: *const i8, acc: *mut i32) {
+    /// The CPU has AVX2; `t.a` is readable for `MR` rows of `4 · k4` codes, `t.b` for a packed panel of `k4`
+    /// steps of codes within ±63 (so no pair sum saturates), `t.scale_a`/`t.zero_a` for `t.rows` values and `t.colsum`/`t.scale_w` for 32;
+    /// `t.c` is writable for `t.rows × t.cols` elements (`t.rows ≤ 12`, `t.cols ≤ 32`), `t.ldc` apart, which
+    /// nothing else accesses meanwhile.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_12x32_avx2(t: &Tile) {
         let ones = _mm256_set1_epi16(1);
-        let mut s = [[_mm256_setzero_si256(); 4]; 3];
-        for p in 0..k4 {
-            let bp = b.add(p * NR * 4);
-            let bv = [
-                _mm256_loadu_si256(bp as *const _),
-                _mm256_loadu_si256(bp.add(32) as *const _),
-                _mm256_loadu_si256(bp.add(64) as *const _),
-                _mm256_loadu_si256(bp.add(96) as *const _),
-            ];
-            for (r, row) in s.iter_mut().enumerate() {
-                let av = _mm256_set1_epi32(std::ptr::read_unaligned(a.add(r * lda + p * 4) as *const i32));
-                for (acc, b) in row.iter_mut().zip(&bv) {
-                    let pairs = _mm256_maddubs_epi16(av, *b);
-                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(pairs, ones));
+        let (a, lda) = (t.a, t.lda);
+        for strip in 0..t.cols.div_ceil(8) {
+            let b = t.b.add(strip * 32);
+            let mut s = [_mm256_setzero_si256(); MR];
+            for p in 0..t.k4 {
+                let bv = _mm256_loadu_si256(b.add(p * NR * 4) as *const _);
+                let ap = a.add(p * 4);
+                macro_rules! row {
+                    ($r:expr) => {
+                        let av = _mm256_set1_epi32(std::ptr::read_unaligned(ap.add($r * lda) as *const i32));
+                        s[$r] = _mm256_add_epi32(s[$r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, bv), ones));
+                    };
                 }
+                row!(0);
+                row!(1);
+                row!(2);
+                row!(3);
+                row!(4);
+                row!(5);
+                row!(6);
+                row!(7);
+                row!(8);
+                row!(9);
+                row!(10);
+                row!(11);
             }
-        }
-        for (r, row) in s.iter().enumerate() {
-            for (c, v) in row.iter().enumerate() {
-                _mm256_storeu_si256(acc.add(r * NR + c * 8) as *mut _, *v);
+            let j0 = strip * 8;
+            let width = (t.cols - j0).min(8);
+            let colsum = _mm256_loadu_si256(t.colsum.add(j0) as *const _);
+            let scale_w = _mm256_loadu_ps(t.scale_w.add(j0));
+            // Lanes below `width` are stored.
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            let c = t.c.add(j0);
+            // Constant indices, so the accumulators stay in registers through the loop above.
+            macro_rules! store {
+                ($r:expr) => {
+                    if $r < t.rows {
+                        let zero = _mm256_set1_epi32(*t.zero_a.add($r));
+                        let sums = _mm256_sub_epi32(s[$r], _mm256_mullo_epi32(zero, colsum));
+                        let scale = _mm256_mul_ps(_mm256_set1_ps(*t.scale_a.add($r)), scale_w);
+                        let v = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), scale);
+                        if width == 8 {
+                            _mm256_storeu_ps(c.add($r * t.ldc), v);
+                        } else {
+                            _mm256_maskstore_ps(c.add($r * t.ldc), mask, v);
+                        }
+                    }
+                };
             }
+            store!(0);
+            store!(1);
+            store!(2);
+            store!(3);
+            store!(4);
+            store!(5);
+            store!(6);
+            store!(7);
+            store!(8);
+            store!(9);
+            store!(10);
+            store!(11);
         }
     }
 
@@ -387,22 +531,57 @@ mod x86 {
 mod tests {
     use super::*;
 
+    /// This machine's kernel's integer sums equal the portable kernel's, the extreme codes included (where
+    /// `vpmaddubsw`'s pair sums would saturate with 8-bit weights). AVX2's kernel, which dequantizes in place,
+    /// runs with unit scales and no zero point, so its floats are the sums (exact below 2^24).
     #[test]
     fn kernels_agree() {
         let k4 = 37;
-        // Codes up to what this machine's kernel takes (7 bits for AVX2, where i16 pair sums must not saturate).
-        let top = top_code() as usize + 1;
-        let a: Vec<u8> = (0..MR * k4 * 4).map(|i| (i * 31 % top) as u8).collect();
-        let b: Vec<i8> = (0..NR * k4 * 4).map(|i| ((i * 17 % 255) as i32 - 127) as i8).collect();
-        let mut want = [0i32; MR * NR];
-        let mut got = [0i32; MR * NR];
-        // SAFETY: `a` holds MR rows of `4 · k4` codes up to `top_code`, `b` a panel of `k4` steps, and the sums
-        // are MR × NR; `kernel` runs this machine's kernel.
-        unsafe {
-            kernel_portable(k4, a.as_ptr(), k4 * 4, b.as_ptr(), want.as_mut_ptr());
-            kernel(k4, a.as_ptr(), k4 * 4, b.as_ptr(), got.as_mut_ptr());
+        let top = weight_top() as i32;
+        type Codes = fn(usize) -> u8;
+        type Weights = fn(usize, i32) -> i8;
+        let patterns: [(Codes, Weights); 3] = [
+            (|i| (i * 31 % 256) as u8, |i, top| ((i * 17 % (2 * top as usize + 1)) as i32 - top) as i8),
+            (|_| 255, |_, top| top as i8),
+            (|_| 255, |_, top| -top as i8),
+        ];
+        for (code, weight) in patterns {
+            let a: Vec<u8> = (0..MR * k4 * 4).map(code).collect();
+            let b: Vec<i8> = (0..NR * k4 * 4).map(|i| weight(i, top)).collect();
+            let mut want = [0i32; MR * NR];
+            let mut got = [0i32; MR * NR];
+            // SAFETY: `a` holds MR rows of `4 · k4` codes, `b` a panel of `k4` steps within ±`weight_top`, and the
+            // sums are MR × NR; `kernel` runs this machine's kernel.
+            unsafe {
+                kernel_portable(k4, a.as_ptr(), k4 * 4, b.as_ptr(), want.as_mut_ptr());
+                kernel(k4, a.as_ptr(), k4 * 4, b.as_ptr(), got.as_mut_ptr());
+            }
+            assert_eq!(got, want, "{} kernel", kernel_name());
+            #[cfg(target_arch = "x86_64")]
+            if avx2_fused() {
+                let mut floats = [0f32; MR * NR];
+                let (ones, zeros) = ([1f32; NR], [0i32; NR]);
+                let tile = x86::Tile {
+                    k4,
+                    a: a.as_ptr(),
+                    lda: k4 * 4,
+                    b: b.as_ptr(),
+                    rows: MR,
+                    cols: NR,
+                    c: floats.as_mut_ptr(),
+                    ldc: NR,
+                    scale_a: ones.as_ptr(),
+                    zero_a: zeros.as_ptr(),
+                    colsum: zeros.as_ptr(),
+                    scale_w: ones.as_ptr(),
+                };
+                // SAFETY: the kernel is AVX2's (`avx2_fused`); the operands are as above, with MR scales and
+                // zero points and NR column sums and scales; `floats` holds the MR × NR tile.
+                unsafe { x86::tile_12x32_avx2(&tile) };
+                let sums: Vec<i32> = floats.iter().map(|&v| v as i32).collect();
+                assert_eq!(sums, want.to_vec(), "AVX2 kernel");
+            }
         }
-        assert_eq!(got, want, "{} kernel", kernel_name());
     }
 
     #[test]
@@ -415,11 +594,27 @@ mod tests {
             let packed = PackedI8::quantize(k, n, &w);
             // AMX where this machine has it and the depth is whole tiles, and the micro-kernel.
             let amx = kernel_kind() == Kernel::Amx && k.is_multiple_of(amx::A_STEP);
-            for on_amx in if amx { vec![true, false] } else { vec![false] } {
+            let mut routes = vec![Route::Tiles];
+            if amx {
+                routes.push(Route::Amx);
+            }
+            if avx2_fused() {
+                routes.push(Route::Avx2Fused);
+            }
+            let mut tiles = Vec::new();
+            for route in routes {
                 let mut c = vec![f32::NAN; m * n];
                 let a = MatRef { data: &a, rows: m, cols: k, ld: k };
-                gemm_on(on_amx, a, &packed, &mut c, n, Epilogue::Bias(&bias), true);
+                gemm_on(route, a, &packed, &mut c, n, Epilogue::Bias(&bias), true);
                 check(m, n, k, a.data, &w, &bias, &c);
+                // Every route sums the same integers: only the dequantization's rounding may differ.
+                if route == Route::Tiles {
+                    tiles = c;
+                } else {
+                    for (x, y) in c.iter().zip(&tiles) {
+                        assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{route:?} {m}x{n}x{k}: {x} vs {y}");
+                    }
+                }
             }
         }
 

@@ -780,6 +780,9 @@ fn cpu_kernels(dtype: DType) -> Cpu {
     match dtype {
         DType::BFloat16 => {
             tracing::info!("bf16 linear layers ({} kernel)", crate::cpu::bgemm::kernel_name());
+            if let Some(cost) = crate::cpu::bgemm::cost_note() {
+                tracing::warn!("--dtype bfloat16: {cost}");
+            }
             Cpu::bf16()
         }
         _ => Cpu::f32(),

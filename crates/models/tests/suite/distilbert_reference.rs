@@ -105,8 +105,8 @@ fn int8_stays_close_to_f32() {
         let cos: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
         assert!(cos > 0.99, "int8 cosine {cos}");
     }
-    // SPLADE weights are log-scaled logits: int8 moves them by a few hundredths at most here (8-bit
-    // activations); the AVX2 kernel's 7-bit activations have twice the step, and twice the bound.
-    let step = 256.0 / aleph_models::cpu::qgemm::activation_levels() as f32;
+    // SPLADE weights are log-scaled logits: int8 moves them by a few hundredths at most here (8-bit weights);
+    // the AVX2 kernel's 7-bit weights have twice the step, and twice the bound.
+    let step = aleph_models::cpu::qgemm::weight_coarsening();
     check_sparse("distilbert-splade", PoolingChoice::Auto, Backend::Auto, DType::Int8, 0.1 * step);
 }

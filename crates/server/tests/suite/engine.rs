@@ -7,7 +7,7 @@ use crate::common;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{cosine, floats, minilm, Server};
+use common::{cosine, floats, minilm, repo_root, Server};
 use serde_json::json;
 
 fn debug_server(extra: &[&str]) -> Server {
@@ -190,6 +190,7 @@ fn metrics_have_per_model_series() {
 #[test]
 fn health_is_503_while_loading_then_200() {
     use std::io::{BufRead, BufReader};
+    let mpnet = repo_root().join("models/all-mpnet-base-v2").to_string_lossy().into_owned();
     /// Kills the server however the test ends.
     struct Child(std::process::Child);
     impl Drop for Child {
@@ -200,7 +201,8 @@ fn health_is_503_while_loading_then_200() {
     }
     let mut child = Child(
         std::process::Command::new(env!("CARGO_BIN_EXE_aleph"))
-            .args(["v2", "--host", "127.0.0.1", "--port", "0", "--model-id", &minilm()])
+            // all-mpnet-base-v2: 110M parameters to read and pack, so the loading state lasts long enough to see.
+            .args(["v2", "--host", "127.0.0.1", "--port", "0", "--model-id", &mpnet])
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap(),
@@ -246,7 +248,7 @@ fn health_is_503_while_loading_then_200() {
         std::thread::sleep(Duration::from_millis(5));
     };
     assert_eq!(status, 200);
-    assert!(loading > 0, "never saw the loading state (warm-up of the full batch takes most of a second)");
+    assert!(loading > 0, "never saw the loading state (loading all-mpnet-base-v2 takes most of a second)");
 }
 
 /// Draining: after SIGTERM /health and new work get 503 while the in-flight request finishes.
