@@ -219,27 +219,47 @@ fn main() -> anyhow::Result<()> {
             .take(args.sentences)
             .map(|s| s.trim().to_string())
             .collect();
-        println!("\n## Real sentences: {} STS Benchmark sentences in batches of 32", sentences.len());
-        println!("| backend | sentences/s | tokens/s |\n|---|---|---|");
-        for (name, m) in &models {
-            let batches: Vec<Batch> = sentences
-                .chunks(32)
-                .map(|chunk| {
-                    let mut b = Batch::new();
-                    for s in chunk {
-                        let e = m.tokenizer.encode(s).expect("tokenize");
-                        b.push(&e.ids, &e.type_ids);
+        println!(
+            "\n## Real sentences: {} STS Benchmark sentences in batches of 32; each backend the median of 5 rounds \
+             taken in turn",
+            sentences.len()
+        );
+        println!("| backend | sentences/s | tokens/s | / first |\n|---|---|---|---:|");
+        let runs: Vec<(Vec<Batch>, usize)> = models
+            .iter()
+            .map(|(_, m)| {
+                let batches: Vec<Batch> = sentences
+                    .chunks(32)
+                    .map(|chunk| {
+                        let mut b = Batch::new();
+                        for s in chunk {
+                            let e = m.tokenizer.encode(s).expect("tokenize");
+                            b.push(&e.ids, &e.type_ids);
+                        }
+                        b
+                    })
+                    .collect();
+                let tokens = batches.iter().map(Batch::total_tokens).sum();
+                (batches, tokens)
+            })
+            .collect();
+        // Rounds in turn, so a slow spell of a shared host falls on every backend alike.
+        let mut secs = vec![Vec::new(); models.len()];
+        for _ in 0..5 {
+            for (i, ((_, m), (batches, _))) in models.iter().zip(&runs).enumerate() {
+                secs[i].push(time(args.seconds * 3.0 / 5.0, || {
+                    for b in batches {
+                        m.model.forward(b).expect("forward");
                     }
-                    b
-                })
-                .collect();
-            let tokens: usize = batches.iter().map(Batch::total_tokens).sum();
-            let secs = time(args.seconds * 3.0, || {
-                for b in &batches {
-                    m.model.forward(b).expect("forward");
-                }
-            });
-            println!("| {name} | {:.1} | {:.0} |", sentences.len() as f64 / secs, tokens as f64 / secs);
+                }));
+            }
+        }
+        let mut first = None;
+        for (((name, _), (_, tokens)), mut s) in models.iter().zip(&runs).zip(secs) {
+            s.sort_by(f64::total_cmp);
+            let rate = sentences.len() as f64 / s[2];
+            let base = *first.get_or_insert(rate);
+            println!("| {name} | {rate:.1} | {:.0} | {:.2}× |", *tokens as f64 / s[2], rate / base);
         }
     }
     if let (Some(corpus), false) = (&args.corpus, args.no_accuracy) {

@@ -390,6 +390,24 @@ mod x86 {
 
     use super::{MR, NR};
 
+    /// `$m!(r)` for each of the 12 rows of a tile: constant indices, so the accumulators stay in registers.
+    macro_rules! rows12 {
+        ($m:ident) => {
+            $m!(0);
+            $m!(1);
+            $m!(2);
+            $m!(3);
+            $m!(4);
+            $m!(5);
+            $m!(6);
+            $m!(7);
+            $m!(8);
+            $m!(9);
+            $m!(10);
+            $m!(11);
+        };
+    }
+
     /// One `MR × NR` tile for [`tile_12x32_avx2`]: its operands and where its dequantized values go.
     pub struct Tile {
         /// Steps of 4 in the depth.
@@ -439,18 +457,7 @@ mod x86 {
                         s[$r] = _mm256_add_epi32(s[$r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, bv), ones));
                     };
                 }
-                row!(0);
-                row!(1);
-                row!(2);
-                row!(3);
-                row!(4);
-                row!(5);
-                row!(6);
-                row!(7);
-                row!(8);
-                row!(9);
-                row!(10);
-                row!(11);
+                rows12!(row);
             }
             let j0 = strip * 8;
             let width = (t.cols - j0).min(8);
@@ -475,18 +482,7 @@ mod x86 {
                     }
                 };
             }
-            store!(0);
-            store!(1);
-            store!(2);
-            store!(3);
-            store!(4);
-            store!(5);
-            store!(6);
-            store!(7);
-            store!(8);
-            store!(9);
-            store!(10);
-            store!(11);
+            rows12!(store);
         }
     }
 
@@ -507,18 +503,7 @@ mod x86 {
                     s[$r][1] = _mm512_dpbusd_epi32(s[$r][1], av, b1);
                 };
             }
-            row!(0);
-            row!(1);
-            row!(2);
-            row!(3);
-            row!(4);
-            row!(5);
-            row!(6);
-            row!(7);
-            row!(8);
-            row!(9);
-            row!(10);
-            row!(11);
+            rows12!(row);
         }
         for (r, pair) in s.iter().enumerate() {
             _mm512_storeu_si512(acc.add(r * NR) as *mut _, pair[0]);
