@@ -32,6 +32,7 @@ class Server:
     api_key: str | None
     log_path: Path
     argv: list = field(default_factory=list)
+    grpc_port: int = 0
 
     # --- what a client is configured with -----------------------------------------------------------------
     @property

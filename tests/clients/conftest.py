@@ -1,7 +1,7 @@
 """Spawns the real `aleph` binary for the client-library suite.
 
 Every test takes the `server` fixture, which is parametrized over two processes: one without an API key
-(`[open]`) and one started with `--api-key` (`[key]`). Both serve three models in one process:
+(`[open]`) and one started with `--api-key` (`[key]`). Both serve three models in one process, over HTTP and TEI's gRPC API (`--grpc-port`):
 
     all-MiniLM-L6-v2  models/all-MiniLM-L6-v2            (embeddings; the first model, so the default)
     tiny-rerank       tests/fixtures/tiny/bert-rerank     (cross-encoder)
@@ -67,13 +67,13 @@ def _paths():
 
 def _start(api_key: str | None, log_dir: Path) -> Server:
     binary, minilm, tiny = _paths()
-    port = _free_port()
+    port, grpc_port = _free_port(), _free_port()
     args = [
         str(binary), "v2",
         "--model-id", str(minilm), "--served-model-name", EMBED_MODEL,
         "--model-id", str(tiny / "bert-rerank"), "--served-model-name", RERANK_MODEL,
         "--model-id", str(tiny / "bert-classify"), "--served-model-name", CLASSIFY_MODEL,
-        "--host", "127.0.0.1", "--port", str(port), "--no-model-warmup",
+        "--host", "127.0.0.1", "--port", str(port), "--grpc-port", str(grpc_port), "--no-model-warmup",
     ]
     if api_key:
         args += ["--api-key", api_key]
@@ -82,7 +82,8 @@ def _start(api_key: str | None, log_dir: Path) -> Server:
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                             cwd=REPO)
-    srv = Server(proc=proc, base=f"http://127.0.0.1:{port}", api_key=api_key, log_path=log_path, argv=args)
+    srv = Server(proc=proc, base=f"http://127.0.0.1:{port}", api_key=api_key, log_path=log_path, argv=args,
+                 grpc_port=grpc_port)
     # The port opens before the models load: ready means GET /health answers 200.
     deadline = time.monotonic() + float(os.environ.get("ALEPH_START_TIMEOUT", "180"))
     while True:

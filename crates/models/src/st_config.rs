@@ -236,8 +236,9 @@ impl SentenceTransformerConfig {
                 "Normalize" => out.post.push(PostModule::Normalize),
                 "Dense" => out.post.push(PostModule::Dense(dense_from(read_json(&path)?, &path)?)),
                 "SpladePooling" => out.splade = Some(splade_from(&read_json(&path)?, &path)?),
-                // MLMTransformer: sentence-transformers 5's name for a fill-mask Transformer.
-                "Transformer" | "MLMTransformer" => {}
+                // MLMTransformer: sentence-transformers 5's name for a fill-mask Transformer; StaticEmbedding's
+                // table is read by the static model's loader.
+                "Transformer" | "MLMTransformer" | "StaticEmbedding" => {}
                 // LayerNorm, WordEmbeddings, Router, ... change the vectors: running without them would
                 // return silently wrong ones.
                 other => {

@@ -357,6 +357,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ALEPH_PORT", default_value_t = 7997, help_heading = "Server")]
     pub port: u16,
 
+    /// Also serve TEI's gRPC API (`tei.v1`: Info, Embed, Predict, Rerank, Tokenize; with gRPC health and
+    /// reflection) on this port, beside the HTTP API.
+    #[arg(long, env = "ALEPH_GRPC_PORT", help_heading = "Server")]
+    pub grpc_port: Option<u16>,
+
     /// Path prefix for the API routes, e.g. /api (no trailing slash).
     #[arg(long, env = "ALEPH_URL_PREFIX", default_value = "", value_parser = parse_url_prefix, help_heading = "Server")]
     pub url_prefix: String,

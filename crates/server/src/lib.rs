@@ -6,6 +6,7 @@ pub mod cli;
 pub mod corpus;
 pub mod eval;
 pub mod fetch;
+pub mod grpc;
 pub mod http;
 pub mod memory;
 pub mod startup;

@@ -73,6 +73,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let shutdown = drain_on_signal(state.clone(), drain);
         Some(tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await }))
     };
+    // TEI's gRPC API on its own port, stopped once the HTTP server has drained.
+    let (grpc_stop, stopped) = tokio::sync::watch::channel(false);
+    let grpc = match (args.grpc_port, args.preload_only) {
+        (Some(port), false) => {
+            let (router, health) = crate::grpc::router(state.clone()).await?;
+            let addr = format!("{}:{port}", args.host);
+            let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
+            tracing::info!("gRPC (tei.v1) on {}", listener.local_addr()?);
+            let mut stopped = stopped.clone();
+            let stop = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(stop).await });
+            Some(health)
+        }
+        _ => None,
+    };
 
     let load = async {
         for spec in specs {
@@ -103,12 +120,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     state.set_ready(registry.clone());
+    if let Some(health) = &grpc {
+        crate::grpc::mark_serving(health, &state).await;
+    }
     tracing::info!(
         "ready: serving {} (ready in {:.2} s)",
         registry.names().join(", "),
         started.elapsed().as_secs_f64()
     );
     server.await??;
+    let _ = grpc_stop.send(true);
     tracing::info!("stopped accepting; draining the models");
     tokio::task::spawn_blocking(move || registry.shutdown()).await?;
     Ok(())

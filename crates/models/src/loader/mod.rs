@@ -443,7 +443,10 @@ pub fn min_weight_bytes(dir: &Path, dtype: DType) -> Result<u64, ModelError> {
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     // A model2vec folder has no `model_type` to dispatch on: a lookup table, the same on every backend.
     if crate::models::static_model::is_static(dir) {
-        return load_static(dir, opts);
+        return load_static(dir, opts, crate::models::static_model::load);
+    }
+    if let Some(module) = crate::models::static_model::sentence_transformers_module(dir) {
+        return load_static(dir, opts, |dir| crate::models::static_model::load_sentence_transformers(dir, &module));
     }
     // What the config alone rules out is refused before the weights are read (an 8B checkpoint takes a
     // while); the loaded model's task is the final word.
@@ -475,18 +478,23 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     Ok(loaded)
 }
 
-/// A static model: one table lookup per token, computed on the host in f32 whatever the backend.
-fn load_static(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+/// A static model (model2vec's or sentence-transformers'): one table lookup per token, computed on the host in
+/// f32 whatever the backend.
+fn load_static(
+    dir: &Path,
+    opts: &LoadOptions,
+    read: impl FnOnce(&Path) -> Result<LoadedModel, ModelError>,
+) -> Result<LoadedModel, ModelError> {
     if !opts.task.accepts(&Task::Embed) {
         return Err(ModelError::InvalidOption(format!(
-            "--model-task {}: a static model (model2vec) only embeds",
+            "--model-task {}: a static model (model2vec, StaticEmbedding) only embeds",
             opts.task.name()
         )));
     }
     if matches!(opts.dtype, DType::Float16 | DType::BFloat16 | DType::Int8) {
         tracing::info!("a static model looks its vectors up in f32: --dtype {} changes nothing", opts.dtype.name());
     }
-    let mut loaded = crate::models::static_model::load(dir)?;
+    let mut loaded = read(dir)?;
     loaded.info.dtype = DType::Float32;
     Ok(loaded)
 }

@@ -156,9 +156,9 @@ fn check_fixture(name: &str, dtype: DType, attention: AttentionKernel) -> Result
         };
     }
     let loaded = load(&fixtures().join(name), &opts).map_err(|e| format!("does not load: {e}"))?;
-    if name.starts_with("model2vec") {
+    if name.starts_with("model2vec") || name.starts_with("st-static") {
         // A static model is a table lookup on the host at f32 whatever the backend and width asked
-        // (crates/server/tests/suite/static_models.rs compares it with model2vec).
+        // (crates/server/tests/suite/static_models.rs compares it with model2vec and sentence-transformers).
         return match (loaded.info.backend.name(), loaded.info.dtype) {
             ("aleph-cpu", DType::Float32) => Ok(0.0),
             (backend, at) => Err(format!("a static model loaded as {backend} at {at:?}")),

@@ -9,7 +9,7 @@ use aleph_models::pooling::l2_normalize;
 use aleph_models::quantize::EmbeddingDtype;
 use aleph_models::tokenizer::Truncation;
 use aleph_models::Task;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 
 use super::embeddings::f32_base64;
 use super::error::ApiError;
-use super::extract::ApiJson;
+use super::extract::{parse, read_body, ApiJson};
 use super::rerank::relevance;
 use super::schemas::{default_model, null_default, null_model};
 use super::state::AppState;
@@ -337,10 +337,13 @@ pub struct CohereRerankResponse {
 /// Cohere v2 rerank: documents sorted by relevance to the query.
 #[utoipa::path(post, path = "/v2/rerank", tag = "cohere", request_body = CohereRerankRequest,
     responses((status = 200, body = CohereRerankResponse), (status = 400, body = super::error::ErrorBody)))]
-pub async fn rerank(
-    State(state): State<Arc<AppState>>,
-    ApiJson(req): ApiJson<CohereRerankRequest>,
-) -> Result<Response, ApiError> {
+pub async fn rerank(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, ApiError> {
+    let body = read_body(request, &state).await?;
+    // vLLM serves its own rerank on this path too.
+    if super::vllm_rerank::is_vllm_rerank(&body) {
+        return Ok(super::vllm_rerank::rerank_body(&state, &body, "/v2/rerank").await);
+    }
+    let req: CohereRerankRequest = parse(&body)?;
     let model = state.registry()?.get(&req.model)?;
     let result = rerank_inner(&state, &model, req).await;
     observe(model.name(), "/v2/rerank", &result);

@@ -20,6 +20,7 @@ pub mod state;
 pub mod tei;
 mod timing;
 pub mod validate;
+mod vllm_rerank;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -140,7 +141,7 @@ pub fn router(state: Arc<AppState>, cfg: &HttpConfig) -> Router {
 }
 
 /// Counts API requests in flight, and refuses new ones once draining has begun.
-async fn track_in_flight(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub(crate) async fn track_in_flight(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if state.phase() == Phase::Draining {
         let mut response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
         response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));

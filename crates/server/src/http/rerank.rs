@@ -33,6 +33,9 @@ pub async fn rerank(State(state): State<Arc<AppState>>, request: Request) -> Res
     if super::tei::is_tei_rerank(&body) {
         return Ok(super::tei::rerank_body(&state, &body).await);
     }
+    if super::vllm_rerank::is_vllm_rerank(&body) {
+        return Ok(super::vllm_rerank::rerank_body(&state, &body, "/rerank").await);
+    }
     let req: RerankRequest = parse(&body)?;
     let model = state.registry()?.get(&req.model)?;
     let result = score(&state, &model, req).await;

@@ -161,7 +161,8 @@ fn side(spellings: &[(&'static str, Option<ScoreSide>)]) -> Result<(&'static str
     Ok(first)
 }
 
-fn texts(field: &str, side: ScoreSide, state: &AppState) -> Result<Vec<String>, ApiError> {
+/// The texts of one side, each checked against the limits; `content` parts refused.
+pub fn texts(field: &str, side: ScoreSide, state: &AppState) -> Result<Vec<String>, ApiError> {
     let items = match side {
         ScoreSide::One(item) => vec![item],
         ScoreSide::Many(items) => items,

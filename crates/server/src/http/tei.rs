@@ -97,6 +97,30 @@ impl IntoResponse for TeiError {
 
 type TeiResult = Result<Response, TeiError>;
 
+/// What a computed answer cost, for TEI's timing headers (HTTP) and `Metadata` (gRPC).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cost {
+    pub prompt_tokens: usize,
+    pub tokenization_time: std::time::Duration,
+    pub queue_time: std::time::Duration,
+    pub inference_time: std::time::Duration,
+}
+
+impl Cost {
+    fn of(out: &aleph_engine::RunResult) -> Self {
+        Cost {
+            prompt_tokens: out.prompt_tokens,
+            tokenization_time: out.tokenization_time,
+            queue_time: out.queue_time,
+            inference_time: out.inference_time,
+        }
+    }
+
+    fn headers(&self) -> axum::http::HeaderMap {
+        timing_headers(self.tokenization_time, self.queue_time, self.inference_time)
+    }
+}
+
 /// `truncation_direction`: `Right` (the default) or `Left`, in TEI's spellings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
 pub enum Direction {
@@ -383,13 +407,19 @@ pub async fn embed(State(state): State<Arc<AppState>>, request: Request) -> Resp
         return super::cohere::embed_v1(&state, &body).await.unwrap_or_else(IntoResponse::into_response);
     }
     let result = match json_of::<EmbedRequest>(&body) {
-        Ok(req) => embed_request(&state, req).await,
+        Ok(req) => embed_json(&state, req).await,
         Err(e) => Err(e),
     };
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn embed_request(state: &AppState, req: EmbedRequest) -> TeiResult {
+async fn embed_json(state: &AppState, req: EmbedRequest) -> TeiResult {
+    let (vectors, cost) = embed_vectors(state, req).await?;
+    Ok((cost.headers(), Json(Floats2(vectors))).into_response())
+}
+
+/// `/embed`'s vectors: pooled, cut to `dimensions`, normalized unless asked not to.
+pub async fn embed_vectors(state: &AppState, req: EmbedRequest) -> Result<(Vec<Vec<f32>>, Cost), TeiError> {
     let model = &pick(state, req.model.as_deref(), "embed")?;
     check_batch(state, req.inputs.0.len())?;
     if req.dimensions == Some(0) {
@@ -422,6 +452,7 @@ async fn embed_request(state: &AppState, req: EmbedRequest) -> TeiResult {
             model.name()
         )));
     }
+    let cost = Cost::of(&out);
     let vectors: Vec<Vec<f32>> = out
         .vectors
         .into_iter()
@@ -433,8 +464,7 @@ async fn embed_request(state: &AppState, req: EmbedRequest) -> TeiResult {
             v
         })
         .collect();
-    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(Floats2(vectors)))
-        .into_response())
+    Ok((vectors, cost))
 }
 
 fn texts_checked(
@@ -464,8 +494,15 @@ impl Serialize for Floats2 {
               (status = 424, body = TeiErrorBody)))]
 pub async fn embed_all(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
     let req: EmbedRequest = body_of(&state, request).await?;
-    let model = &pick(&state, req.model.as_deref(), "embed")?;
-    check_batch(&state, req.inputs.0.len())?;
+    let (tokens, cost) = token_vectors(&state, req).await?;
+    let tokens: Vec<Floats2> = tokens.into_iter().map(Floats2).collect();
+    Ok((cost.headers(), Json(tokens)).into_response())
+}
+
+/// `/embed_all`'s states: per input, one vector per token.
+pub async fn token_vectors(state: &AppState, req: EmbedRequest) -> Result<(Vec<Vec<Vec<f32>>>, Cost), TeiError> {
+    let model = &pick(state, req.model.as_deref(), "embed")?;
+    check_batch(state, req.inputs.0.len())?;
     require_embedder(model)?;
     let multi = model.info().task == Task::MultiVector;
     if !multi && !model.info().token_outputs {
@@ -475,15 +512,15 @@ pub async fn embed_all(State(state): State<Arc<AppState>>, request: Request) -> 
             model.info().architecture
         )));
     }
-    let inputs = texts_checked(&state, model, req.prompt_name.as_deref(), req.inputs)?;
+    let inputs = texts_checked(state, model, req.prompt_name.as_deref(), req.inputs)?;
     // A ColBERT model's output already is one vector per token; an encoder gives its hidden states.
     let output = if multi { OutputKind::Default } else { OutputKind::Tokens };
     let out = model.run_with(inputs, options(req.truncate, req.truncation_direction, output)).await?;
     // An embedder's vectors are its hidden size wide, and so is each token's state.
     let width = model.info().dim;
-    let tokens: Vec<Floats2> =
-        out.vectors.iter().map(|v| Floats2(v.chunks_exact(width.max(1)).map(<[f32]>::to_vec).collect())).collect();
-    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(tokens)).into_response())
+    let tokens: Vec<Vec<Vec<f32>>> =
+        out.vectors.iter().map(|v| v.chunks_exact(width.max(1)).map(<[f32]>::to_vec).collect()).collect();
+    Ok((tokens, Cost::of(&out)))
 }
 
 /// `POST /embed_sparse`: SPLADE weights per vocabulary entry.
@@ -491,11 +528,16 @@ pub async fn embed_all(State(state): State<Arc<AppState>>, request: Request) -> 
     responses((status = 200, description = "The non-zero weights of each input", body = Vec<Vec<SparseValue>>),
               (status = 424, description = "The model has no sparse output", body = TeiErrorBody)))]
 pub async fn embed_sparse(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
-    let req: EmbedRequest = body_of(&state, request).await?;
-    embed_sparse_request(&state, req).await
+    sparse_json(&state, body_of(&state, request).await?).await
 }
 
-async fn embed_sparse_request(state: &Arc<AppState>, req: EmbedRequest) -> TeiResult {
+async fn sparse_json(state: &AppState, req: EmbedRequest) -> TeiResult {
+    let (sparse, cost) = sparse_vectors(state, req).await?;
+    Ok((cost.headers(), Json(sparse)).into_response())
+}
+
+/// `/embed_sparse`'s non-zero weights per input.
+pub async fn sparse_vectors(state: &AppState, req: EmbedRequest) -> Result<(Vec<Vec<SparseValue>>, Cost), TeiError> {
     let model = &pick(state, req.model.as_deref(), "sparse")?;
     if !model.info().sparse_output {
         return Err(TeiError::backend(format!(
@@ -507,7 +549,7 @@ async fn embed_sparse_request(state: &Arc<AppState>, req: EmbedRequest) -> TeiRe
     let inputs = texts_checked(state, model, req.prompt_name.as_deref(), req.inputs)?;
     let out = model.run_with(inputs, options(req.truncate, req.truncation_direction, OutputKind::Sparse)).await?;
     let sparse: Vec<Vec<SparseValue>> = out.vectors.iter().map(|v| SparseValue::of(v)).collect();
-    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(sparse)).into_response())
+    Ok((sparse, Cost::of(&out)))
 }
 
 /// `POST /predict`: every label's score, best first, per input (a text or a pair).
@@ -515,11 +557,21 @@ async fn embed_sparse_request(state: &Arc<AppState>, req: EmbedRequest) -> TeiRe
     responses((status = 200, description = "Labels with scores, best first", body = Vec<Prediction>),
               (status = 424, body = TeiErrorBody)))]
 pub async fn predict(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
-    let req: PredictRequest = body_of(&state, request).await?;
-    predict_request(&state, req).await
+    predict_json(&state, body_of(&state, request).await?).await
 }
 
-async fn predict_request(state: &AppState, req: PredictRequest) -> TeiResult {
+async fn predict_json(state: &AppState, req: PredictRequest) -> TeiResult {
+    let single = matches!(req.inputs, PredictInput::Single(_));
+    let (scored, cost) = predictions(state, req).await?;
+    if single {
+        let first = scored.into_iter().next().unwrap_or_default();
+        return Ok((cost.headers(), Json(first)).into_response());
+    }
+    Ok((cost.headers(), Json(scored)).into_response())
+}
+
+/// `/predict`'s labels with scores, best first, per input.
+pub async fn predictions(state: &AppState, req: PredictRequest) -> Result<(Vec<Vec<Prediction>>, Cost), TeiError> {
     let registry = state.registry()?;
     let model = match req.model.as_deref() {
         Some(name) => registry.get(name)?,
@@ -541,9 +593,9 @@ async fn predict_request(state: &AppState, req: PredictRequest) -> TeiResult {
         Task::Rerank => vec!["LABEL_0".into()],
         _ => return Err(TeiError::backend("Backend error: Model is not a classifier model")),
     };
-    let (items, single) = match req.inputs {
-        PredictInput::Single(item) => (vec![item], true),
-        PredictInput::Batch(items) => (items, false),
+    let items = match req.inputs {
+        PredictInput::Single(item) => vec![item],
+        PredictInput::Batch(items) => items,
     };
     check_batch(state, items.len())?;
     let texts: Vec<&str> = items.iter().flatten().map(String::as_str).collect();
@@ -578,12 +630,7 @@ async fn predict_request(state: &AppState, req: PredictRequest) -> TeiResult {
             scores.into_iter().map(|(i, score)| Prediction { score: score as f64, label: labels[i].clone() }).collect()
         })
         .collect();
-    let headers = timing_headers(out.tokenization_time, out.queue_time, out.inference_time);
-    if single {
-        let first = scored.into_iter().next().unwrap_or_default();
-        return Ok((headers, Json(first)).into_response());
-    }
-    Ok((headers, Json(scored)).into_response())
+    Ok((scored, Cost::of(&out)))
 }
 
 /// Whether a `/rerank` body is TEI's (`texts`) rather than Infinity's (`documents`).
@@ -599,13 +646,19 @@ pub fn is_tei_rerank(body: &Bytes) -> bool {
 /// TEI's `/rerank`, from a body already read.
 pub async fn rerank_body(state: &AppState, body: &Bytes) -> Response {
     let result = match json_of::<TeiRerankRequest>(body) {
-        Ok(req) => rerank_request(state, req).await,
+        Ok(req) => rerank_json(state, req).await,
         Err(e) => Err(e),
     };
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn rerank_request(state: &AppState, req: TeiRerankRequest) -> TeiResult {
+async fn rerank_json(state: &AppState, req: TeiRerankRequest) -> TeiResult {
+    let (ranks, cost) = ranks(state, req).await?;
+    Ok((cost.headers(), Json(ranks)).into_response())
+}
+
+/// TEI's rerank: each text's score against the query, best first.
+pub async fn ranks(state: &AppState, req: TeiRerankRequest) -> Result<(Vec<Rank>, Cost), TeiError> {
     if req.texts.is_empty() {
         return Err(TeiError::empty("`texts` cannot be empty"));
     }
@@ -628,7 +681,7 @@ async fn rerank_request(state: &AppState, req: TeiRerankRequest) -> TeiResult {
         .map(|(index, (score, text))| Rank { index, text: req.return_text.then_some(text), score: score as f64 })
         .collect();
     ranks.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.index.cmp(&a.index)));
-    Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(ranks)).into_response())
+    Ok((ranks, Cost::of(&out)))
 }
 
 /// `POST /similarity`: cosine similarity of each sentence to the source sentence.
@@ -669,13 +722,18 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     responses((status = 200, description = "Per input, its tokens", body = Vec<Vec<SimpleToken>>)))]
 pub async fn tokenize(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
     let req: TokenizeRequest = body_of(&state, request).await?;
-    let model = pick(&state, req.model.as_deref(), "embed")?;
+    Ok(Json(tokens(&state, req).await?).into_response())
+}
+
+/// `/tokenize`'s tokens per input, with byte offsets (none for special tokens).
+pub async fn tokens(state: &AppState, req: TokenizeRequest) -> Result<Vec<Vec<SimpleToken>>, TeiError> {
+    let model = pick(state, req.model.as_deref(), "embed")?;
     let texts = req.inputs.into_vec();
     if texts.is_empty() {
         return Err(TeiError::empty("`inputs` cannot be empty"));
     }
-    check_batch(&state, texts.len())?;
-    check_chars(&state, &texts.iter().map(String::as_str).collect::<Vec<_>>())?;
+    check_batch(state, texts.len())?;
+    check_chars(state, &texts.iter().map(String::as_str).collect::<Vec<_>>())?;
     let prompt =
         model.prompt(req.prompt_name.as_deref()).map_err(TeiError::validation)?.unwrap_or_default().to_string();
     if texts.iter().any(String::is_empty) && prompt.is_empty() {
@@ -707,7 +765,7 @@ pub async fn tokenize(State(state): State<Arc<AppState>>, request: Request) -> T
         .await
         .ok_or_else(|| TeiError::backend("tokenization panicked"))?
         .map_err(|e| TeiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Tokenizer", e.to_string()))?;
-    Ok(Json(tokens).into_response())
+    Ok(tokens)
 }
 
 /// `POST /decode`: token ids back to text.
@@ -715,7 +773,12 @@ pub async fn tokenize(State(state): State<Arc<AppState>>, request: Request) -> T
     responses((status = 200, description = "One text per id list", body = Vec<String>)))]
 pub async fn decode(State(state): State<Arc<AppState>>, request: Request) -> TeiResult {
     let req: DecodeRequest = body_of(&state, request).await?;
-    let model = pick(&state, req.model.as_deref(), "embed")?;
+    Ok(Json(texts(&state, req).await?).into_response())
+}
+
+/// `/decode`'s texts, one per id list.
+pub async fn texts(state: &AppState, req: DecodeRequest) -> Result<Vec<String>, TeiError> {
+    let model = pick(state, req.model.as_deref(), "embed")?;
     let lists: Vec<Vec<u32>> = req
         .ids
         .0
@@ -728,7 +791,7 @@ pub async fn decode(State(state): State<Arc<AppState>>, request: Request) -> Tei
     if lists.is_empty() || lists.iter().any(Vec::is_empty) {
         return Err(TeiError::empty("Input validation error: `input_ids` cannot be empty"));
     }
-    check_batch(&state, lists.len())?;
+    check_batch(state, lists.len())?;
     let skip = req.skip_special_tokens;
     let job = model.clone();
     let texts = state
@@ -737,7 +800,7 @@ pub async fn decode(State(state): State<Arc<AppState>>, request: Request) -> Tei
         .await
         .ok_or_else(|| TeiError::backend("decoding panicked"))?
         .map_err(|e| TeiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Tokenizer", e.to_string()))?;
-    Ok(Json(texts).into_response())
+    Ok(texts)
 }
 
 /// `GET /info`.
@@ -769,8 +832,13 @@ pub async fn info(
     State(state): State<Arc<AppState>>,
     axum::extract::Query(query): axum::extract::Query<BTreeMap<String, String>>,
 ) -> TeiResult {
+    Ok(Json(info_of(&state, query.get("model").map(String::as_str))?).into_response())
+}
+
+/// `/info` for the named model, else the first served.
+pub fn info_of(state: &AppState, model: Option<&str>) -> Result<Info, TeiError> {
     let registry = state.registry()?;
-    let model = match query.get("model") {
+    let model = match model {
         Some(name) => registry.get(name)?,
         None => registry.ready().into_iter().next().ok_or_else(|| TeiError::backend("no model is served"))?,
     };
@@ -815,7 +883,7 @@ pub async fn info(
         sha: None,
         docker_label: None,
     };
-    Ok(Json(body).into_response())
+    Ok(body)
 }
 
 /// `POST /` (and SageMaker's `/invocations`): the route TEI binds to the model's kind: `predict` for a
@@ -841,14 +909,14 @@ pub async fn root(State(state): State<Arc<AppState>>, request: Request) -> TeiRe
         None => registry.ready().into_iter().next().ok_or_else(|| TeiError::backend("no model is served"))?,
     };
     match model.info().task {
-        Task::Classify { .. } => predict_request(&state, json_of(&body)?).await,
-        Task::Rerank => rerank_request(&state, json_of(&body)?).await,
-        Task::Embed if model.info().sparse => embed_sparse_request(&state, json_of(&body)?).await,
+        Task::Classify { .. } => predict_json(&state, json_of(&body)?).await,
+        Task::Rerank => rerank_json(&state, json_of(&body)?).await,
+        Task::Embed if model.info().sparse => sparse_json(&state, json_of(&body)?).await,
         Task::Embed | Task::MultiVector => {
             if std::env::var("TASK").is_ok_and(|t| t == "sentence-similarity") {
                 similarity_request(&state, json_of(&body)?).await
             } else {
-                embed_request(&state, json_of(&body)?).await
+                embed_json(&state, json_of(&body)?).await
             }
         }
     }

@@ -166,3 +166,95 @@ fn pooling_answers_each_task_as_the_routes_that_compute_it() {
     s.post_json("/pooling", &json!({"model": "mini", "input": "x", "task": "token_classify"})).assert_error(400);
     s.post_json("/pooling", &json!({"model": "mini", "input": "x", "task": "classify"})).assert_error(400);
 }
+
+#[test]
+fn a_vllm_rerank_request_gets_vllms_answer_on_every_rerank_path() {
+    let (model, mini) = (tiny("bert-rerank"), minilm());
+    let s = Server::start(&[
+        "--model-id",
+        &model,
+        "--served-model-name",
+        "ce",
+        "--model-id",
+        &mini,
+        "--served-model-name",
+        "mini",
+        "--no-model-warmup",
+    ]);
+    let docs = ["Brasilia.", "Paris is the capital of France.", "Horses eat hay."];
+    let query = "capital of France?";
+    let infinity = s.post_json("/rerank", &json!({"model": "ce", "query": query, "documents": docs})).json();
+    let want: Vec<(u64, f64)> = infinity["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["index"].as_u64().unwrap(), r["relevance_score"].as_f64().unwrap()))
+        .collect();
+    // Infinity's body keeps Infinity's answer: no document unless asked.
+    assert_eq!(infinity["results"][0]["document"], Value::Null, "{infinity}");
+    for path in ["/rerank", "/v1/rerank", "/v2/rerank"] {
+        // What only vLLM sends: its scoring fields (with them `top_n: 0` means all).
+        for extra in [
+            json!({"top_n": 0, "use_activation": true}),
+            json!({"use_activation": true}),
+            json!({"truncate_prompt_tokens": -1}),
+        ] {
+            let mut body = json!({"model": "ce", "query": query, "documents": docs});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let reply = s.post_json(path, &body);
+            assert_eq!(reply.status, 200, "{path} {extra}: {}", reply.body);
+            let reply = reply.json();
+            assert!(reply["id"].as_str().unwrap().starts_with("rerank-"), "{path}: {reply}");
+            assert_eq!(reply["model"], "ce");
+            let results = reply["results"].as_array().unwrap();
+            assert_eq!(results.len(), docs.len(), "{path} {extra}: every document");
+            for (r, (index, score)) in results.iter().zip(&want) {
+                assert_eq!(r["index"].as_u64().unwrap(), *index, "{path}: best first, as Infinity's");
+                assert!((r["relevance_score"].as_f64().unwrap() - score).abs() < 1e-6, "{path}: {reply}");
+                assert_eq!(r["document"], json!({"text": docs[*index as usize]}), "{path}: vLLM echoes documents");
+            }
+            assert!(reply["usage"]["total_tokens"].as_u64().unwrap() > 0);
+            assert_eq!(reply["usage"]["prompt_tokens"], reply["usage"]["total_tokens"]);
+        }
+    }
+    // top_n cuts; one document as a string; raw logits with use_activation false.
+    let top = s
+        .post_json(
+            "/v1/rerank",
+            &json!({"model": "ce", "query": query, "documents": docs, "top_n": 1,
+                                                  "use_activation": true}),
+        )
+        .json();
+    assert_eq!(top["results"].as_array().unwrap().len(), 1);
+    let one = s
+        .post_json("/rerank", &json!({"model": "ce", "query": query, "documents": docs[1], "use_activation": true}))
+        .json();
+    assert_eq!(one["results"][0]["document"]["text"], docs[1], "{one}");
+    let raw = s
+        .post_json("/rerank", &json!({"model": "ce", "query": query, "documents": docs[1], "use_activation": false}))
+        .json();
+    let logit = raw["results"][0]["relevance_score"].as_f64().unwrap();
+    let prob = one["results"][0]["relevance_score"].as_f64().unwrap();
+    assert!((1.0 / (1.0 + (-logit).exp()) - prob).abs() < 1e-6, "sigmoid(logit) {logit} vs {prob}");
+    // An embedder reranks by cosine, as vLLM's /rerank and /score do.
+    let by_cosine = s
+        .post_json("/rerank", &json!({"model": "mini", "query": query, "documents": docs, "use_activation": true}))
+        .json();
+    let scored = s.post_json("/score", &json!({"model": "mini", "text_1": query, "text_2": docs})).json();
+    for r in by_cosine["results"].as_array().unwrap() {
+        let i = r["index"].as_u64().unwrap() as usize;
+        assert_eq!(r["relevance_score"].as_f64().unwrap() as f32, scores(&scored)[i]);
+    }
+    // `top_n: 0` alone is Infinity's 422; Cohere's body on /v2/rerank keeps Cohere's answer.
+    s.post_json("/rerank", &json!({"model": "ce", "query": query, "documents": docs, "top_n": 0})).assert_error(422);
+    let cohere = s.post_json("/v2/rerank", &json!({"model": "ce", "query": query, "documents": docs})).json();
+    assert!(cohere.get("meta").is_some() && cohere["results"][0].get("document").is_none(), "{cohere}");
+    // Bad vLLM bodies are 4xx.
+    let vllm = |body: Value| {
+        let mut body = body;
+        body["use_activation"] = json!(true);
+        body
+    };
+    s.post_json("/rerank", &vllm(json!({"model": "ce", "query": query, "documents": []}))).assert_error(400);
+    s.post_json("/rerank", &vllm(json!({"model": "ce", "documents": docs}))).assert_error(422);
+}
