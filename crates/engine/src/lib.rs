@@ -22,7 +22,7 @@ mod worker;
 
 pub use error::EngineError;
 pub use handle::{HandleConfig, Input, ModelHandle, ModelStats, RunOptions, RunResult};
-pub use outputs::{EmbedSpec, Embedded, Embedding, LabelScore};
+pub use outputs::{EmbedSpec, Embedded, Embedding, LabelScore, Normalization};
 pub use registry::{human_bytes, LoadRefused, Memory, MemoryBudget, ModelEntry, ModelRegistry, ModelState};
 pub use scheduler::{ComputeScheduler, ComputeSlot, YieldPoint};
 pub use tokenize::TokenizerPool;

@@ -5,6 +5,7 @@
 
 use aleph_models::pooling::l2_normalize;
 use aleph_models::quantize::EmbeddingDtype;
+use aleph_models::tokenizer::Truncation;
 use aleph_models::{OutputKind, Task};
 
 use crate::error::EngineError;
@@ -22,6 +23,26 @@ pub struct EmbedSpec {
     /// The dense embedding ([`OutputKind::Default`]), the sparse weights, the ColBERT vectors or every token's
     /// state ([`OutputKind::Tokens`], as rows).
     pub output: OutputKind,
+    /// How inputs past the window are cut (from the end by default), or refused.
+    pub truncation: Truncation,
+    /// Whether dense vectors come back unit length: as the model makes them (the default), always, or never.
+    pub normalize: Normalization,
+    /// Float32 vectors whatever the server's `--embedding-dtype` (Cohere quantizes each of its
+    /// `embedding_types` from them with [`ModelHandle::quantize_as`]).
+    pub float32: bool,
+}
+
+/// Whether a dense embedding is L2-normalized (after the `dimensions` cut).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Normalization {
+    /// As the model's own modules make it (sentence-transformers' `Normalize`), re-normalized after a cut.
+    #[default]
+    AsModel,
+    /// Always (TEI's `normalize: true`): from the raw pooled vector where the model gives one.
+    Always,
+    /// Never (TEI's `normalize: false`): the raw pooled vector; a model that returns only normalized vectors
+    /// refuses it.
+    Never,
 }
 
 /// One input's embedding.
@@ -86,19 +107,35 @@ impl ModelHandle {
         let kind = match spec.output {
             // A ColBERT checkpoint's own output is its token vectors.
             OutputKind::MultiVector if info.task == Task::MultiVector => OutputKind::Default,
+            // Normalized here, after the cut: the raw pooled vector where the model gives one.
+            OutputKind::Default if spec.normalize != Normalization::AsModel && info.token_outputs => {
+                OutputKind::Unnormalized
+            }
             other => other,
         };
+        if spec.normalize == Normalization::Never && kind == OutputKind::Default && info.normalize {
+            return Err(EngineError::Unsupported(format!(
+                "model `{}` returns normalized vectors only; send normalize: true",
+                self.name()
+            )));
+        }
         let inputs = self.with_prompt(inputs, spec.prompt_name.as_deref())?;
-        let run = self.run_with(inputs, RunOptions { output: kind, ..Default::default() }).await?;
+        let run = self.run_with(inputs, RunOptions { output: kind, truncation: spec.truncation }).await?;
         // Token states (`OutputKind::Tokens`) come as rows like ColBERT's, never normalized.
         let tokens = kind == OutputKind::Tokens;
         let multi = info.task == Task::MultiVector || kind == OutputKind::MultiVector || tokens;
         let dim = if kind == OutputKind::MultiVector { info.colbert_dim.unwrap_or(0) } else { info.dim };
-        let dtype = self.config().embedding_dtype;
+        let dtype = if spec.float32 { EmbeddingDtype::Float32 } else { self.config().embedding_dtype };
         // A cut unit vector is no longer unit: rescale it, as OpenAI, TEI and sentence-transformers do, so dot
         // products still rank by cosine. Quantized outputs keep the cut values, which the calibrated ranges were
         // measured on.
-        let renormalize = !tokens && dims < dim && (multi || info.normalize) && dtype == EmbeddingDtype::Float32;
+        let renormalize = match spec.normalize {
+            Normalization::AsModel => {
+                !tokens && dims < dim && (multi || info.normalize) && dtype == EmbeddingDtype::Float32
+            }
+            Normalization::Always => !tokens && kind != OutputKind::Sparse,
+            Normalization::Never => false,
+        };
         let cut = |v: &[f32]| {
             let mut v = v[..dims.min(v.len())].to_vec();
             if renormalize {

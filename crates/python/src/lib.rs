@@ -142,7 +142,7 @@ impl Engine {
         if dimensions == Some(0) {
             return Err(PyValueError::new_err("dimensions must be at least 1"));
         }
-        let spec = EmbedSpec { prompt_name, dimensions, output };
+        let spec = EmbedSpec { prompt_name, dimensions, output, ..Default::default() };
         let embedded = wait(py, self.pid, handle.embed(inputs, &spec))?.map_err(engine_error)?;
         let usage = embedded.run.prompt_tokens;
         let e = &embedded.embeddings;

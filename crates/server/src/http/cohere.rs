@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aleph_engine::{Input, ModelHandle, RunOptions};
-use aleph_models::pooling::l2_normalize;
+use aleph_engine::{EmbedSpec, Embedding, Input, ModelHandle, RunOptions};
 use aleph_models::quantize::EmbeddingDtype;
 use aleph_models::tokenizer::Truncation;
 use aleph_models::Task;
@@ -127,7 +126,7 @@ fn meta(unit: &'static str, n: usize) -> Meta {
 }
 
 /// The model's prompt for a Cohere `input_type`, by the names models use for it.
-fn prompt_for<'a>(model: &'a ModelHandle, input_type: &str) -> Option<&'a str> {
+fn prompt_for(model: &ModelHandle, input_type: &str) -> Option<String> {
     let names: &[&str] = match input_type {
         "search_query" => &["search_query", "query"],
         "search_document" => &["search_document", "document", "passage", "doc"],
@@ -136,7 +135,7 @@ fn prompt_for<'a>(model: &'a ModelHandle, input_type: &str) -> Option<&'a str> {
         _ => &[],
     };
     let prompts = &model.info().prompts.prompts;
-    names.iter().find_map(|n| prompts.get(*n)).map(String::as_str)
+    names.iter().find(|n| prompts.contains_key(**n)).map(|n| n.to_string())
 }
 
 /// Cohere v2 embed: texts (or images) to embeddings of every requested type.
@@ -191,10 +190,10 @@ async fn embed_inner(
         (Some(texts), None) => {
             let texts = validate_texts("texts", texts, &state.limits)?;
             require_capability(model, &req.model, "embed", "model")?;
-            // The model's prompt for the input type, else its default prompt (`--default-prompt-name`).
-            let default = model.prompt(None).map_err(ApiError::bad_request)?;
-            let prompt = req.input_type.as_deref().and_then(|t| prompt_for(model, t)).or(default).unwrap_or_default();
-            let inputs = texts.iter().map(|t| Input::Text(format!("{prompt}{t}"))).collect();
+            // The model's prompt for the input type, else its default prompt (`--default-prompt-name`), which
+            // the engine puts first.
+            model.prompt(None).map_err(ApiError::bad_request)?;
+            let inputs = texts.iter().cloned().map(Input::Text).collect();
             (inputs, Some(texts))
         }
         (None, Some(images)) => {
@@ -227,16 +226,17 @@ async fn embed_inner(
         CohereTruncate::Start => Truncation { enabled: true, left: true },
         CohereTruncate::None => Truncation { enabled: false, left: false },
     };
-    let out = model.run_with(inputs, RunOptions { truncation, ..RunOptions::default() }).await?;
-    let cut: Vec<Vec<f32>> = out
-        .vectors
-        .iter()
-        .map(|v| {
-            let mut v = v[..dims.min(v.len())].to_vec();
-            if dims < dim && model.info().normalize {
-                l2_normalize(&mut v);
-            }
-            v
+    let prompt_name = req.input_type.as_deref().and_then(|t| prompt_for(model, t));
+    // The engine cuts to `output_dimension` and re-normalizes; each embedding type is quantized from these.
+    let spec = EmbedSpec { prompt_name, dimensions: Some(dims), truncation, float32: true, ..Default::default() };
+    let embedded = model.embed(inputs, &spec).await?;
+    let out = embedded.run;
+    let cut: Vec<Vec<f32>> = embedded
+        .embeddings
+        .into_iter()
+        .map(|e| match e {
+            Embedding::Dense(v) => v,
+            Embedding::Sparse(_) | Embedding::Multi(_) => Vec::new(),
         })
         .collect();
     let floats_only = version == Version::V1 && req.embedding_types.is_none();

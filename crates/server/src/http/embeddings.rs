@@ -178,7 +178,8 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         EmbeddingOutput::Colbert => OutputKind::MultiVector,
     };
     // The engine applies the prompt, cuts, re-normalizes and quantizes.
-    let spec = EmbedSpec { prompt_name: req.prompt_name.clone(), dimensions: Some(dims), output: kind };
+    let spec =
+        EmbedSpec { prompt_name: req.prompt_name.clone(), dimensions: Some(dims), output: kind, ..Default::default() };
     let result = model.embed(inputs, &spec).await?;
     let data = result
         .embeddings

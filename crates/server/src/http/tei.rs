@@ -8,8 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aleph_engine::{Input, ModelHandle, RunOptions};
-use aleph_models::pooling::l2_normalize;
+use aleph_engine::{EmbedSpec, Embedding, Input, ModelHandle, Normalization, RunOptions};
 use aleph_models::tokenizer::Truncation;
 use aleph_models::{OutputKind, Pooling, Task};
 use axum::body::Bytes;
@@ -342,9 +341,8 @@ async fn body_of<T: DeserializeOwned>(state: &Arc<AppState>, request: Request) -
     json_of(&read_body(request, state).await?)
 }
 
-/// The texts of a request with the named prompt prepended.
-fn with_prompt(model: &ModelHandle, prompt_name: Option<&str>, inputs: InputItems) -> Result<Vec<Input>, TeiError> {
-    let prompt = model.prompt(prompt_name).map_err(TeiError::validation)?.map(str::to_string);
+/// The texts of a request with `prompt` prepended, none of them empty.
+fn with_prompt(prompt: Option<String>, inputs: InputItems) -> Result<Vec<Input>, TeiError> {
     inputs
         .0
         .into_iter()
@@ -431,11 +429,11 @@ pub async fn embed_vectors(state: &AppState, req: EmbedRequest) -> Result<(Vec<V
             "Backend error: this model returns one vector per token: use /embed_all or /embeddings",
         ));
     }
-    let inputs = texts_checked(state, model, req.prompt_name.as_deref(), req.inputs)?;
-    // Normalization is done here, after the cut: ask the model for its raw pooled vector when it can give one.
+    let texts: Vec<&str> =
+        req.inputs.0.iter().filter_map(|i| if let InputItem::Text(t) = i { Some(t.as_str()) } else { None }).collect();
+    check_chars(state, &texts)?;
+    let inputs = with_prompt(None, req.inputs)?;
     let raw = model.info().token_outputs;
-    let output = if raw { OutputKind::Unnormalized } else { OutputKind::Default };
-    let out = model.run_with(inputs, options(req.truncate, req.truncation_direction, output)).await?;
     let dim = model.info().dim;
     let dims = match req.dimensions.or(model.default_dimensions()) {
         Some(d) if d > dim => {
@@ -452,19 +450,26 @@ pub async fn embed_vectors(state: &AppState, req: EmbedRequest) -> Result<(Vec<V
             model.name()
         )));
     }
-    let cost = Cost::of(&out);
-    let vectors: Vec<Vec<f32>> = out
-        .vectors
+    // The engine puts the prompt first, cuts, and normalizes after the cut (from the raw pooled vector when the
+    // model gives one) or leaves the raw vector.
+    let spec = EmbedSpec {
+        prompt_name: req.prompt_name,
+        dimensions: Some(dims),
+        output: OutputKind::Default,
+        truncation: options(req.truncate, req.truncation_direction, OutputKind::Default).truncation,
+        normalize: if req.normalize { Normalization::Always } else { Normalization::Never },
+        float32: true,
+    };
+    let embedded = model.embed(inputs, &spec).await?;
+    let vectors = embedded
+        .embeddings
         .into_iter()
-        .map(|mut v| {
-            v.truncate(dims);
-            if req.normalize {
-                l2_normalize(&mut v);
-            }
-            v
+        .map(|e| match e {
+            Embedding::Dense(v) => v,
+            Embedding::Sparse(_) | Embedding::Multi(_) => Vec::new(),
         })
         .collect();
-    Ok((vectors, cost))
+    Ok((vectors, Cost::of(&embedded.run)))
 }
 
 fn texts_checked(
@@ -476,7 +481,8 @@ fn texts_checked(
     let texts: Vec<&str> =
         inputs.0.iter().filter_map(|i| if let InputItem::Text(t) = i { Some(t.as_str()) } else { None }).collect();
     check_chars(state, &texts)?;
-    with_prompt(model, prompt_name, inputs)
+    let prompt = model.prompt(prompt_name).map_err(TeiError::validation)?.map(str::to_string);
+    with_prompt(prompt, inputs)
 }
 
 /// Vectors serialized through f64, so the digits match the rest of the API.
