@@ -215,3 +215,21 @@ def test_health_and_keys(server, pb, channel):
         with pytest.raises(grpc.RpcError) as e:
             info.Info(pb["tei_pb2"].InfoRequest(), metadata=metadata)
         assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, e.value
+
+
+def test_model_metadata_picks_a_served_model(server, pb, channel):
+    """Aleph serves several models: a call's `model` metadata names one (TEI serves one and has no such field)."""
+    t = pb["tei_pb2"]
+    with_model = auth(server) + [("model", RERANK_MODEL)]
+    info = stub(pb, channel, "Info").Info(t.InfoRequest(), metadata=with_model)
+    assert info.model_type == t.MODEL_TYPE_RERANKER
+    # Predict on the reranker: its one logit as LABEL_0, as TEI's /predict answers for a reranker.
+    reply = stub(pb, channel, "Predict").PredictPair(t.PredictPairRequest(inputs=TEXTS[:2]), metadata=with_model)
+    want = server.post("/predict", {"inputs": TEXTS[:2], "model": RERANK_MODEL}).json()
+    assert [(p.label, round(p.score, 5)) for p in reply.predictions] == [(w["label"], round(w["score"], 5)) for w in want]
+    with pytest.raises(grpc.RpcError) as e:
+        stub(pb, channel, "Embed").Embed(t.EmbedRequest(inputs="x"), metadata=with_model)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION, e.value
+    with pytest.raises(grpc.RpcError) as e:
+        stub(pb, channel, "Info").Info(t.InfoRequest(), metadata=auth(server) + [("model", "no-such-model")])
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND, e.value

@@ -133,6 +133,10 @@ impl VectorCache {
         h.update((self.fingerprint.len() as u64).to_le_bytes());
         h.update(self.fingerprint.as_bytes());
         h.update([opts.truncation.enabled as u8, opts.truncation.left as u8, output_tag(opts.output)]);
+        // Only a request's own cut is hashed, so the keys of entries written before it existed stay valid.
+        if let Some(limit) = opts.truncation.limit {
+            h.update((limit as u64).to_le_bytes());
+        }
         let mut field = |tag: u8, bytes: &[u8]| {
             h.update([tag]);
             h.update((bytes.len() as u64).to_le_bytes());

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{PostProcessor, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use crate::error::ModelError;
 
@@ -85,11 +85,25 @@ pub struct Truncation {
     pub enabled: bool,
     /// Cut from the start instead of the end.
     pub left: bool,
+    /// A request's own cut below the window, special tokens included (vLLM's `truncate_prompt_tokens`).
+    pub limit: Option<usize>,
+}
+
+impl Truncation {
+    /// Cut at the window, from the end (`left`: from the start), or not at all.
+    pub fn new(enabled: bool, left: bool) -> Self {
+        Truncation { enabled, left, limit: None }
+    }
+
+    /// The most tokens an input keeps under a window of `window`.
+    fn keep(&self, window: usize) -> usize {
+        self.limit.filter(|_| self.enabled).map_or(window, |l| l.min(window))
+    }
 }
 
 impl Default for Truncation {
     fn default() -> Self {
-        Truncation { enabled: true, left: false }
+        Truncation::new(true, false)
     }
 }
 
@@ -344,7 +358,7 @@ impl TextTokenizer {
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
             return Err(ModelError::BadTokenId { id, vocab });
         }
-        let keep = ids.len().min(self.window);
+        let keep = ids.len().min(truncation.keep(self.window));
         if keep < ids.len() && !truncation.enabled {
             return Err(ModelError::InputTooLong { tokens: ids.len(), window: self.window });
         }
@@ -361,6 +375,10 @@ impl TextTokenizer {
         let Kind::HuggingFace(tok) = &self.kind else {
             return self.encode(text);
         };
+        let keep = truncation.keep(self.window);
+        if keep < self.window && self.template.is_none() {
+            return self.encode_cut(tok, text, keep, truncation.left);
+        }
         if self.template.is_some() || (truncation.enabled && !truncation.left) {
             return self.encode(text);
         }
@@ -380,6 +398,19 @@ impl TextTokenizer {
 
     fn left_tokenizer<'a>(&'a self, right: &Tokenizer) -> Result<&'a Tokenizer, ModelError> {
         variant(&self.left, right, Some(self.window))
+    }
+
+    /// `text` cut to `keep` tokens, its special tokens among them, as the tokenizer's own truncation cuts:
+    /// the text's tokens first, then the special tokens added around what is left.
+    fn encode_cut(&self, tok: &Tokenizer, text: &str, keep: usize, left: bool) -> Result<Encoded, ModelError> {
+        let uncut = variant(&self.uncut, tok, None)?;
+        let err = |e: tokenizers::Error| ModelError::Tokenizer(e.to_string());
+        let mut enc = uncut.encode_fast(text, false).map_err(err)?;
+        let added = uncut.get_post_processor().map_or(0, |p| p.added_tokens(false));
+        let direction = if left { TruncationDirection::Left } else { TruncationDirection::Right };
+        enc.truncate(keep.saturating_sub(added), 0, direction);
+        let enc = uncut.post_process(enc, None, true).map_err(err)?;
+        Ok(Encoded { ids: enc.get_ids().to_vec(), type_ids: enc.get_type_ids().to_vec() })
     }
 
     /// Every token of `text` with its byte offsets, not cut to the window (TEI's `/tokenize`).
@@ -629,16 +660,26 @@ mod pair_tests {
         let right = t.encode(text).unwrap();
         assert_eq!(right.len(), 8);
         assert_eq!(t.encode_with(text, Truncation::default()).unwrap(), right);
-        let left = t.encode_with(text, Truncation { enabled: true, left: true }).unwrap();
+        let left = t.encode_with(text, Truncation::new(true, true)).unwrap();
         assert_eq!(left.len(), 8);
         assert_eq!((left.ids[0], left.ids[7]), (right.ids[0], right.ids[7]), "the special tokens stay");
         let all = t.tokenize(text, false).unwrap();
         assert_eq!(&left.ids[1..7], &all.iter().map(|s| s.id).collect::<Vec<_>>()[all.len() - 6..]);
-        match t.encode_with(text, Truncation { enabled: false, left: false }) {
+        match t.encode_with(text, Truncation::new(false, false)) {
             Err(ModelError::InputTooLong { tokens, window: 8 }) => assert_eq!(tokens, all.len() + 2),
             other => panic!("{other:?}"),
         }
-        assert_eq!(t.encode_with("one two", Truncation { enabled: false, left: false }).unwrap().len(), 4);
+        assert_eq!(t.encode_with("one two", Truncation::new(false, false)).unwrap().len(), 4);
+        // A request's own cut below the window: 5 tokens, [CLS] and [SEP] among them, from either end.
+        let five = Truncation { limit: Some(5), ..Truncation::default() };
+        let cut = t.encode_with(text, five).unwrap();
+        assert_eq!(cut.ids, [&right.ids[..4], &right.ids[7..]].concat());
+        let cut_left = t.encode_with(text, Truncation { left: true, ..five }).unwrap();
+        assert_eq!(cut_left.ids, [&left.ids[..1], &left.ids[4..]].concat());
+        // A cut past the window is the window; without truncation the limit is ignored.
+        assert_eq!(t.encode_with(text, Truncation { limit: Some(50), ..Truncation::default() }).unwrap(), right);
+        assert!(t.encode_with(text, Truncation { limit: Some(5), ..Truncation::new(false, false) }).is_err());
+        assert_eq!(t.from_ids(&[1, 2, 3, 4, 5, 6, 7, 8, 9], five).unwrap().ids, vec![1, 2, 3, 4, 5]);
     }
 
     #[test]
@@ -659,10 +700,7 @@ mod pair_tests {
         assert!(!t.decode(&ids, true).unwrap().contains("[CLS]"));
         // Ids past the window are cut as the client asks, never silently out of the vocabulary.
         assert!(matches!(t.from_ids(&[1, 2, 40_000_000], Truncation::default()), Err(ModelError::BadTokenId { .. })));
-        assert_eq!(
-            t.from_ids(&[1, 2, 3, 4, 5, 6, 7, 8, 9], Truncation { enabled: true, left: true }).unwrap().ids[0],
-            2
-        );
+        assert_eq!(t.from_ids(&[1, 2, 3, 4, 5, 6, 7, 8, 9], Truncation::new(true, true)).unwrap().ids[0], 2);
     }
 
     #[test]

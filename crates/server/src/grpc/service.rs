@@ -26,11 +26,20 @@ type Answers<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>
 #[derive(Clone)]
 pub struct Tei {
     state: Arc<AppState>,
+    /// The served model a call names in its `model` metadata (an Aleph extension: TEI serves one model);
+    /// `None`: the first that can answer, as TEI's HTTP routes pick.
+    model: Option<String>,
 }
 
 impl Tei {
     pub fn new(state: Arc<AppState>) -> Self {
-        Tei { state }
+        Tei { state, model: None }
+    }
+
+    /// This service for one call, with the model its metadata names.
+    fn for_call<T>(&self, request: &Request<T>) -> Tei {
+        let model = request.metadata().get("model").and_then(|v| v.to_str().ok()).map(str::to_string);
+        Tei { state: self.state.clone(), model }
     }
 
     /// Each message of `input` answered by `answer`, several at once, the answers in message order.
@@ -71,7 +80,7 @@ impl Tei {
             // proto3 `optional`: absent means true (TEI 1.9).
             normalize: r.normalize.unwrap_or(true),
             dimensions: r.dimensions.map(|d| d as usize),
-            model: None,
+            model: self.model.clone(),
         };
         let (vectors, cost) = tei::embed_vectors(&self.state, req).await.map_err(status)?;
         let metadata = metadata(chars, &cost, started);
@@ -82,7 +91,7 @@ impl Tei {
     async fn sparse_one(self, r: pb::EmbedSparseRequest) -> Result<(pb::EmbedSparseResponse, Headers), Status> {
         let started = Instant::now();
         let chars = r.inputs.chars().count();
-        let req = embed_request(r.inputs, r.truncate, r.truncation_direction, r.prompt_name);
+        let req = embed_request(r.inputs, r.truncate, r.truncation_direction, r.prompt_name, self.model.clone());
         let (sparse, cost) = tei::sparse_vectors(&self.state, req).await.map_err(status)?;
         let metadata = metadata(chars, &cost, started);
         let sparse_embeddings = sparse
@@ -98,7 +107,7 @@ impl Tei {
     async fn all_one(self, r: pb::EmbedAllRequest) -> Result<(pb::EmbedAllResponse, Headers), Status> {
         let started = Instant::now();
         let chars = r.inputs.chars().count();
-        let req = embed_request(r.inputs, r.truncate, r.truncation_direction, r.prompt_name);
+        let req = embed_request(r.inputs, r.truncate, r.truncation_direction, r.prompt_name, self.model.clone());
         let (tokens, cost) = tei::token_vectors(&self.state, req).await.map_err(status)?;
         let metadata = metadata(chars, &cost, started);
         let token_embeddings = tokens
@@ -128,7 +137,7 @@ impl Tei {
             truncate: Some(truncate),
             truncation_direction: direction(truncation_direction),
             raw_scores,
-            model: None,
+            model: self.model.clone(),
         };
         let (scored, cost) = tei::predictions(&self.state, req).await.map_err(status)?;
         let metadata = metadata(chars, &cost, started);
@@ -161,7 +170,7 @@ impl Tei {
             truncation_direction: direction(truncation_direction),
             raw_scores,
             return_text,
-            model: None,
+            model: self.model.clone(),
         };
         let (ranks, cost) = tei::ranks(&self.state, req).await.map_err(status)?;
         let metadata = metadata(chars, &cost, started);
@@ -177,7 +186,7 @@ impl Tei {
             inputs: StringOrList::One(r.inputs),
             add_special_tokens: r.add_special_tokens,
             prompt_name: r.prompt_name,
-            model: None,
+            model: self.model.clone(),
         };
         let tokens = tei::tokens(&self.state, req).await.map_err(status)?;
         let tokens = tokens
@@ -200,14 +209,20 @@ impl Tei {
         let req = tei::DecodeRequest {
             ids: InputItems(vec![InputItem::Ids(r.ids)]),
             skip_special_tokens: r.skip_special_tokens,
-            model: None,
+            model: self.model.clone(),
         };
         let texts = tei::texts(&self.state, req).await.map_err(status)?;
         Ok(pb::DecodeResponse { text: texts.into_iter().next().unwrap_or_default() })
     }
 }
 
-fn embed_request(inputs: String, truncate: bool, dir: i32, prompt_name: Option<String>) -> tei::EmbedRequest {
+fn embed_request(
+    inputs: String,
+    truncate: bool,
+    dir: i32,
+    prompt_name: Option<String>,
+    model: Option<String>,
+) -> tei::EmbedRequest {
     tei::EmbedRequest {
         inputs: InputItems(vec![InputItem::Text(inputs)]),
         truncate: Some(truncate),
@@ -216,7 +231,7 @@ fn embed_request(inputs: String, truncate: bool, dir: i32, prompt_name: Option<S
         // Sparse weights and token states are not normalized.
         normalize: false,
         dimensions: None,
-        model: None,
+        model,
     }
 }
 
@@ -228,9 +243,11 @@ fn direction(d: i32) -> Direction {
     }
 }
 
-/// TEI's error kinds as gRPC codes.
+/// TEI's error kinds as gRPC codes (an unknown model, which TEI cannot be asked for, is NOT_FOUND).
 fn status(e: TeiError) -> Status {
     let code = match e.kind {
+        // A `model` metadata naming no served model.
+        _ if e.status == axum::http::StatusCode::NOT_FOUND => Code::NotFound,
         "Overloaded" => Code::ResourceExhausted,
         "Validation" | "Empty" => Code::InvalidArgument,
         "Unhealthy" => Code::Unavailable,
@@ -292,8 +309,9 @@ fn message_only<T>(answer: Result<(T, Headers), Status>) -> Result<T, Status> {
 
 #[tonic::async_trait]
 impl pb::info_server::Info for Tei {
-    async fn info(&self, _: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
-        let info = tei::info_of(&self.state, None).map_err(status)?;
+    async fn info(&self, request: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+        let this = self.for_call(&request);
+        let info = tei::info_of(&self.state, this.model.as_deref()).map_err(status)?;
         let model_type = if info.model_type.get("classifier").is_some() {
             pb::ModelType::Classifier
         } else if info.model_type.get("reranker").is_some() {
@@ -322,7 +340,7 @@ impl pb::info_server::Info for Tei {
 #[tonic::async_trait]
 impl pb::embed_server::Embed for Tei {
     async fn embed(&self, request: Request<pb::EmbedRequest>) -> Result<Response<pb::EmbedResponse>, Status> {
-        unary(self.clone().embed_one(request.into_inner()).await)
+        unary(self.for_call(&request).embed_one(request.into_inner()).await)
     }
 
     type EmbedStreamStream = Answers<pb::EmbedResponse>;
@@ -331,7 +349,9 @@ impl pb::embed_server::Embed for Tei {
         &self,
         request: Request<Streaming<pb::EmbedRequest>>,
     ) -> Result<Response<Self::EmbedStreamStream>, Status> {
-        let answers = self.each(request.into_inner(), |tei, m| async move { message_only(tei.embed_one(m).await) });
+        let answers = self
+            .for_call(&request)
+            .each(request.into_inner(), |tei, m| async move { message_only(tei.embed_one(m).await) });
         Ok(Response::new(answers))
     }
 
@@ -339,7 +359,7 @@ impl pb::embed_server::Embed for Tei {
         &self,
         request: Request<pb::EmbedSparseRequest>,
     ) -> Result<Response<pb::EmbedSparseResponse>, Status> {
-        unary(self.clone().sparse_one(request.into_inner()).await)
+        unary(self.for_call(&request).sparse_one(request.into_inner()).await)
     }
 
     type EmbedSparseStreamStream = Answers<pb::EmbedSparseResponse>;
@@ -348,12 +368,14 @@ impl pb::embed_server::Embed for Tei {
         &self,
         request: Request<Streaming<pb::EmbedSparseRequest>>,
     ) -> Result<Response<Self::EmbedSparseStreamStream>, Status> {
-        let answers = self.each(request.into_inner(), |tei, m| async move { message_only(tei.sparse_one(m).await) });
+        let answers = self
+            .for_call(&request)
+            .each(request.into_inner(), |tei, m| async move { message_only(tei.sparse_one(m).await) });
         Ok(Response::new(answers))
     }
 
     async fn embed_all(&self, request: Request<pb::EmbedAllRequest>) -> Result<Response<pb::EmbedAllResponse>, Status> {
-        unary(self.clone().all_one(request.into_inner()).await)
+        unary(self.for_call(&request).all_one(request.into_inner()).await)
     }
 
     type EmbedAllStreamStream = Answers<pb::EmbedAllResponse>;
@@ -362,7 +384,9 @@ impl pb::embed_server::Embed for Tei {
         &self,
         request: Request<Streaming<pb::EmbedAllRequest>>,
     ) -> Result<Response<Self::EmbedAllStreamStream>, Status> {
-        let answers = self.each(request.into_inner(), |tei, m| async move { message_only(tei.all_one(m).await) });
+        let answers = self
+            .for_call(&request)
+            .each(request.into_inner(), |tei, m| async move { message_only(tei.all_one(m).await) });
         Ok(Response::new(answers))
     }
 }
@@ -370,16 +394,18 @@ impl pb::embed_server::Embed for Tei {
 #[tonic::async_trait]
 impl pb::predict_server::Predict for Tei {
     async fn predict(&self, request: Request<pb::PredictRequest>) -> Result<Response<pb::PredictResponse>, Status> {
+        let tei = self.for_call(&request);
         let r = request.into_inner();
-        unary(self.clone().predict_one(vec![r.inputs], r.truncate, r.raw_scores, r.truncation_direction).await)
+        unary(tei.predict_one(vec![r.inputs], r.truncate, r.raw_scores, r.truncation_direction).await)
     }
 
     async fn predict_pair(
         &self,
         request: Request<pb::PredictPairRequest>,
     ) -> Result<Response<pb::PredictResponse>, Status> {
+        let tei = self.for_call(&request);
         let r = request.into_inner();
-        unary(self.clone().predict_one(r.inputs, r.truncate, r.raw_scores, r.truncation_direction).await)
+        unary(tei.predict_one(r.inputs, r.truncate, r.raw_scores, r.truncation_direction).await)
     }
 
     type PredictStreamStream = Answers<pb::PredictResponse>;
@@ -388,7 +414,7 @@ impl pb::predict_server::Predict for Tei {
         &self,
         request: Request<Streaming<pb::PredictRequest>>,
     ) -> Result<Response<Self::PredictStreamStream>, Status> {
-        let answers = self.each(request.into_inner(), |tei, r| async move {
+        let answers = self.for_call(&request).each(request.into_inner(), |tei, r| async move {
             message_only(tei.predict_one(vec![r.inputs], r.truncate, r.raw_scores, r.truncation_direction).await)
         });
         Ok(Response::new(answers))
@@ -400,7 +426,7 @@ impl pb::predict_server::Predict for Tei {
         &self,
         request: Request<Streaming<pb::PredictPairRequest>>,
     ) -> Result<Response<Self::PredictPairStreamStream>, Status> {
-        let answers = self.each(request.into_inner(), |tei, r| async move {
+        let answers = self.for_call(&request).each(request.into_inner(), |tei, r| async move {
             message_only(tei.predict_one(r.inputs, r.truncate, r.raw_scores, r.truncation_direction).await)
         });
         Ok(Response::new(answers))
@@ -410,8 +436,9 @@ impl pb::predict_server::Predict for Tei {
 #[tonic::async_trait]
 impl pb::rerank_server::Rerank for Tei {
     async fn rerank(&self, request: Request<pb::RerankRequest>) -> Result<Response<pb::RerankResponse>, Status> {
+        let tei = self.for_call(&request);
         let r = request.into_inner();
-        unary(self.rerank_all(r.query, r.texts, r.truncate, r.raw_scores, r.return_text, r.truncation_direction).await)
+        unary(tei.rerank_all(r.query, r.texts, r.truncate, r.raw_scores, r.return_text, r.truncation_direction).await)
     }
 
     /// One (query, text) pair per message, answered once the client half-closes: each text's rank by its
@@ -421,6 +448,7 @@ impl pb::rerank_server::Rerank for Tei {
         request: Request<Streaming<pb::RerankStreamRequest>>,
     ) -> Result<Response<pb::RerankResponse>, Status> {
         let started = Instant::now();
+        let tei = self.for_call(&request);
         let mut messages = request.into_inner();
         let mut pairs = Vec::new();
         while let Some(message) = messages.next().await {
@@ -433,7 +461,7 @@ impl pb::rerank_server::Rerank for Tei {
         let answers = futures_util::future::join_all(
             pairs
                 .into_iter()
-                .map(|p| self.rerank_all(p.query, vec![p.text], p.truncate, raw_scores, true, p.truncation_direction)),
+                .map(|p| tei.rerank_all(p.query, vec![p.text], p.truncate, raw_scores, true, p.truncation_direction)),
         )
         .await;
         let mut ranks = Vec::with_capacity(answers.len());
@@ -464,7 +492,7 @@ impl pb::rerank_server::Rerank for Tei {
 #[tonic::async_trait]
 impl pb::tokenize_server::Tokenize for Tei {
     async fn tokenize(&self, request: Request<pb::EncodeRequest>) -> Result<Response<pb::EncodeResponse>, Status> {
-        self.clone().tokenize_one(request.into_inner()).await.map(Response::new)
+        self.for_call(&request).tokenize_one(request.into_inner()).await.map(Response::new)
     }
 
     type TokenizeStreamStream = Answers<pb::EncodeResponse>;
@@ -473,11 +501,11 @@ impl pb::tokenize_server::Tokenize for Tei {
         &self,
         request: Request<Streaming<pb::EncodeRequest>>,
     ) -> Result<Response<Self::TokenizeStreamStream>, Status> {
-        Ok(Response::new(self.each(request.into_inner(), Tei::tokenize_one)))
+        Ok(Response::new(self.for_call(&request).each(request.into_inner(), Tei::tokenize_one)))
     }
 
     async fn decode(&self, request: Request<pb::DecodeRequest>) -> Result<Response<pb::DecodeResponse>, Status> {
-        self.clone().decode_one(request.into_inner()).await.map(Response::new)
+        self.for_call(&request).decode_one(request.into_inner()).await.map(Response::new)
     }
 
     type DecodeStreamStream = Answers<pb::DecodeResponse>;
@@ -486,6 +514,6 @@ impl pb::tokenize_server::Tokenize for Tei {
         &self,
         request: Request<Streaming<pb::DecodeRequest>>,
     ) -> Result<Response<Self::DecodeStreamStream>, Status> {
-        Ok(Response::new(self.each(request.into_inner(), Tei::decode_one)))
+        Ok(Response::new(self.for_call(&request).each(request.into_inner(), Tei::decode_one)))
     }
 }

@@ -222,9 +222,9 @@ async fn embed_inner(
         }
     };
     let truncation = match req.truncate {
-        CohereTruncate::End => Truncation { enabled: true, left: false },
-        CohereTruncate::Start => Truncation { enabled: true, left: true },
-        CohereTruncate::None => Truncation { enabled: false, left: false },
+        CohereTruncate::End => Truncation::new(true, false),
+        CohereTruncate::Start => Truncation::new(true, true),
+        CohereTruncate::None => Truncation::new(false, false),
     };
     let prompt_name = req.input_type.as_deref().and_then(|t| prompt_for(model, t));
     // The engine cuts to `output_dimension` and re-normalizes; each embedding type is quantized from these.

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use aleph_engine::{EmbedSpec, Embedding, Input, ModelHandle};
+use aleph_engine::{EmbedSpec, Embedding, Input, ModelHandle, Normalization};
+use aleph_models::tokenizer::Truncation;
 use aleph_models::{OutputKind, Task};
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -13,8 +14,9 @@ use base64::Engine as _;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::schemas::{
-    response_id, unix_now, EmbeddingObject, EmbeddingOutput, EmbeddingRequest, EmbeddingResponse, EmbeddingValue,
-    EncodingFormat, InputItem, InputItems, MediaEmbeddingRequest, Modality, SparseValue, Usage,
+    response_id, unix_now, EmbedDtype, EmbeddingObject, EmbeddingOutput, EmbeddingRequest, EmbeddingResponse,
+    EmbeddingValue, EncodingFormat, Endianness, InputItem, InputItems, MediaEmbeddingRequest, Modality, SparseValue,
+    TruncationSide, Usage,
 };
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
@@ -101,6 +103,11 @@ async fn media_route(
         modality,
         prompt_name: None,
         output: EmbeddingOutput::Dense,
+        use_activation: None,
+        truncate_prompt_tokens: None,
+        truncation_side: TruncationSide::Right,
+        embed_dtype: EmbedDtype::Float32,
+        endianness: Endianness::Native,
     };
     let result = embed(&state, &model, req).await;
     observe(model.name(), route, &result);
@@ -135,6 +142,18 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         }
     };
     let dims = validate_dimensions(model, req.dimensions)?;
+    let truncation = truncation(model, req.truncate_prompt_tokens, req.truncation_side)?;
+    if matches!(req.embed_dtype, EmbedDtype::Fp8E4m3 | EmbedDtype::Fp8E5m2) {
+        return Err(ApiError::bad_request(
+            "embed_dtype fp8_e4m3 and fp8_e5m2 are not supported: use float32, float16 or bfloat16",
+        )
+        .with_param("embed_dtype"));
+    }
+    let normalize = match req.use_activation {
+        None => Normalization::AsModel,
+        Some(true) => Normalization::Always,
+        Some(false) => Normalization::Never,
+    };
 
     let dtype = model.config().embedding_dtype;
     if dtype.packed() && req.encoding_format == EncodingFormat::Base64 {
@@ -178,8 +197,15 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
         EmbeddingOutput::Colbert => OutputKind::MultiVector,
     };
     // The engine applies the prompt, cuts, re-normalizes and quantizes.
-    let spec =
-        EmbedSpec { prompt_name: req.prompt_name.clone(), dimensions: Some(dims), output: kind, ..Default::default() };
+    let spec = EmbedSpec {
+        prompt_name: req.prompt_name.clone(),
+        dimensions: Some(dims),
+        output: kind,
+        truncation,
+        normalize,
+        ..Default::default()
+    };
+    let base64 = |v: &[f32]| encode_base64(v, req.embed_dtype, req.endianness);
     let result = model.embed(inputs, &spec).await?;
     let data = result
         .embeddings
@@ -190,9 +216,9 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
                 (Embedding::Sparse(pairs), _) => EmbeddingValue::Sparse(
                     pairs.into_iter().map(|(id, value)| SparseValue { index: id as usize, value }).collect(),
                 ),
-                (Embedding::Multi(rows), EncodingFormat::Base64) => EmbeddingValue::Base64(f32_base64(&rows.concat())),
+                (Embedding::Multi(rows), EncodingFormat::Base64) => EmbeddingValue::Base64(base64(&rows.concat())),
                 (Embedding::Multi(rows), _) => EmbeddingValue::MultiFloat(rows),
-                (Embedding::Dense(v), EncodingFormat::Base64) => EmbeddingValue::Base64(f32_base64(&v)),
+                (Embedding::Dense(v), EncodingFormat::Base64) => EmbeddingValue::Base64(base64(&v)),
                 // A sparse format asked for the sparse output, answered above.
                 (Embedding::Dense(v), _) => EmbeddingValue::Float(v),
             };
@@ -218,6 +244,49 @@ pub fn validate_dimensions(model: &ModelHandle, dimensions: Option<i64>) -> Resu
     model.embedding_dimensions(dimensions).map_err(|e| ApiError::bad_request(e).with_param("dimensions"))
 }
 
+/// vLLM's `truncate_prompt_tokens` and `truncation_side`: absent or -1 cuts at the window, `null` not at all,
+/// k (at most the window) keeps k tokens.
+fn truncation(model: &ModelHandle, tokens: Option<Option<i64>>, side: TruncationSide) -> Result<Truncation, ApiError> {
+    let left = side == TruncationSide::Left;
+    let window = model.info().window;
+    match tokens {
+        None | Some(Some(-1)) => Ok(Truncation::new(true, left)),
+        Some(None) => Ok(Truncation::new(false, left)),
+        Some(Some(k)) if k >= 1 && k as u64 <= window as u64 => {
+            Ok(Truncation { limit: Some(k as usize), ..Truncation::new(true, left) })
+        }
+        Some(Some(k)) if k >= 1 => Err(ApiError::bad_request(format!(
+            "truncate_prompt_tokens value ({k}) is greater than the model's window ({window}); select a smaller one"
+        ))
+        .with_param("truncate_prompt_tokens")),
+        Some(Some(k)) => {
+            Err(ApiError::bad_request(format!("truncate_prompt_tokens must be -1 or at least 1, got {k}"))
+                .with_param("truncate_prompt_tokens"))
+        }
+    }
+}
+
+/// The vector's numbers as `dtype` in `order`, base64 (vLLM's `embed_dtype` and `endianness`; the defaults
+/// are OpenAI's little-endian f32).
+fn encode_base64(v: &[f32], dtype: EmbedDtype, order: Endianness) -> String {
+    let big = order == Endianness::Big || (order == Endianness::Native && cfg!(target_endian = "big"));
+    let bytes: Vec<u8> = match dtype {
+        EmbedDtype::Float16 => v.iter().flat_map(|&x| ordered(half::f16::from_f32(x).to_bits(), big)).collect(),
+        EmbedDtype::Bfloat16 => v.iter().flat_map(|&x| ordered(half::bf16::from_f32(x).to_bits(), big)).collect(),
+        _ if big => v.iter().flat_map(|x| x.to_be_bytes()).collect(),
+        _ => return f32_base64(v),
+    };
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn ordered(bits: u16, big: bool) -> [u8; 2] {
+    if big {
+        bits.to_be_bytes()
+    } else {
+        bits.to_le_bytes()
+    }
+}
+
 /// Little-endian f32 bytes, base64: what the OpenAI SDK decodes.
 pub fn f32_base64(v: &[f32]) -> String {
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -231,5 +300,17 @@ mod tests {
     #[test]
     fn base64_is_little_endian_f32() {
         assert_eq!(f32_base64(&[-20.0, -11.0]), "AACgwQAAMME=");
+        assert_eq!(encode_base64(&[-20.0, -11.0], EmbedDtype::Float32, Endianness::Native), "AACgwQAAMME=");
+    }
+
+    #[test]
+    fn vllm_embed_dtypes_and_byte_orders() {
+        let decode = |s: String| base64::engine::general_purpose::STANDARD.decode(s).unwrap();
+        // 1.5 is 0x3e00 in f16 and 0x3fc0 in bf16; -20 is 0xc1a00000 in f32.
+        assert_eq!(decode(encode_base64(&[1.5], EmbedDtype::Float16, Endianness::Little)), [0x00, 0x3e]);
+        assert_eq!(decode(encode_base64(&[1.5], EmbedDtype::Float16, Endianness::Big)), [0x3e, 0x00]);
+        assert_eq!(decode(encode_base64(&[1.5], EmbedDtype::Bfloat16, Endianness::Little)), [0xc0, 0x3f]);
+        assert_eq!(decode(encode_base64(&[-20.0], EmbedDtype::Float32, Endianness::Big)), [0xc1, 0xa0, 0x00, 0x00]);
+        assert_eq!(decode(encode_base64(&[-20.0], EmbedDtype::Float32, Endianness::Little)), [0x00, 0x00, 0xa0, 0xc1]);
     }
 }

@@ -17,6 +17,11 @@ pub fn null_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d:
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// A field whose `null` differs from its absence: absent is `None`, null `Some(None)`.
+pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
 /// `model`, where `null` means "not specified".
 pub(crate) fn null_model<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(Option::<String>::deserialize(d)?.unwrap_or_else(default_model))
@@ -262,6 +267,57 @@ pub struct EmbeddingRequest {
     /// `dense` (the default), `sparse` or `colbert`: which output of a model that has several.
     #[serde(default, deserialize_with = "null_default")]
     pub output: EmbeddingOutput,
+    /// vLLM's: `true` L2-normalizes every vector (from the raw pooled one), `false` returns the raw pooled
+    /// vector; absent, as the model does. vLLM 0.10-0.16 spelled it `normalize`.
+    #[serde(default, alias = "normalize")]
+    pub use_activation: Option<bool>,
+    /// vLLM's: `null` cuts nothing (an input past the window is refused), -1 cuts at the window, k keeps k
+    /// tokens (special tokens included); absent, cut at the window.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>)]
+    pub truncate_prompt_tokens: Option<Option<i64>>,
+    /// vLLM's: `right` (the default) keeps the first tokens, `left` the last.
+    #[serde(default, deserialize_with = "null_default")]
+    pub truncation_side: TruncationSide,
+    /// vLLM's, for `base64`: the numbers' type, `float32` (the default), `float16` or `bfloat16`.
+    #[serde(default, deserialize_with = "null_default")]
+    pub embed_dtype: EmbedDtype,
+    /// vLLM's, for `base64`: `native` (the default; little on x86 and ARM), `little` or `big`.
+    #[serde(default, deserialize_with = "null_default")]
+    pub endianness: Endianness,
+}
+
+/// Which end an over-long input keeps (vLLM's `truncation_side`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TruncationSide {
+    #[default]
+    Right,
+    Left,
+}
+
+/// The number type of base64 embeddings (vLLM's `embed_dtype`; its fp8 types are refused).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedDtype {
+    #[default]
+    Float32,
+    Float16,
+    Bfloat16,
+    #[serde(rename = "fp8_e4m3")]
+    Fp8E4m3,
+    #[serde(rename = "fp8_e5m2")]
+    Fp8E5m2,
+}
+
+/// The byte order of base64 embeddings (vLLM's `endianness`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Endianness {
+    #[default]
+    Native,
+    Little,
+    Big,
 }
 
 /// `POST /embeddings_image` and `/embeddings_audio` (deprecated): media references only.

@@ -132,7 +132,7 @@ pub enum Direction {
 
 fn options(truncate: Option<bool>, direction: Direction, output: OutputKind) -> RunOptions {
     // TEI's --auto-truncate is on by default, and Aleph always truncates unless asked not to.
-    let truncation = Truncation { enabled: truncate.unwrap_or(true), left: direction == Direction::Left };
+    let truncation = Truncation::new(truncate.unwrap_or(true), direction == Direction::Left);
     RunOptions { truncation, output }
 }
 

@@ -258,3 +258,78 @@ fn a_vllm_rerank_request_gets_vllms_answer_on_every_rerank_path() {
     s.post_json("/rerank", &vllm(json!({"model": "ce", "query": query, "documents": []}))).assert_error(400);
     s.post_json("/rerank", &vllm(json!({"model": "ce", "documents": docs}))).assert_error(422);
 }
+
+#[test]
+fn embeddings_take_vllms_activation_truncation_and_encoding_fields() {
+    let mini = minilm();
+    let s = Server::start(&["--model-id", &mini, "--served-model-name", "mini", "--no-model-warmup"]);
+    let embed = |body: Value| {
+        let reply = s.post_json("/v1/embeddings", &body);
+        assert_eq!(reply.status, 200, "{body}: {}", reply.body);
+        reply.json()
+    };
+    let vector = |reply: &Value| floats(&reply["data"][0]["embedding"]);
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let text = "The quick brown fox jumps over the lazy dog";
+    // use_activation: false is the raw pooled vector (TEI's normalize: false), true a unit vector.
+    let raw = vector(&embed(json!({"model": "mini", "input": text, "use_activation": false})));
+    let tei = floats(&s.post_json("/embed", &json!({"inputs": text, "normalize": false})).json()[0]);
+    assert_eq!(raw, tei);
+    assert!((norm(&raw) - 1.0).abs() > 1e-3);
+    let unit = vector(&embed(json!({"model": "mini", "input": text, "use_activation": true})));
+    assert!((norm(&unit) - 1.0).abs() < 1e-5 && cosine(&unit, &raw) > 0.99999);
+    let old = vector(&embed(json!({"model": "mini", "input": text, "normalize": false})));
+    assert_eq!(old, raw, "vLLM 0.10-0.16's `normalize`");
+    // truncate_prompt_tokens k keeps k tokens, [CLS] and [SEP] among them: as the ids cut by hand.
+    let ids: Vec<u64> = s.post_json("/tokenize", &json!({"inputs": text})).json()[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    let cut = embed(json!({"model": "mini", "input": text, "truncate_prompt_tokens": 5}));
+    assert_eq!(cut["usage"]["prompt_tokens"], 5);
+    let by_hand = [&ids[..4], &ids[ids.len() - 1..]].concat();
+    let want = vector(&embed(json!({"model": "mini", "input": [by_hand]})));
+    assert!(cosine(&vector(&cut), &want) > 0.99999, "the first 3 words with [CLS] and [SEP]");
+    let left = embed(json!({"model": "mini", "input": text, "truncate_prompt_tokens": 5, "truncation_side": "left"}));
+    let by_hand = [&ids[..1], &ids[ids.len() - 4..]].concat();
+    assert!(cosine(&vector(&left), &vector(&embed(json!({"model": "mini", "input": [by_hand]})))) > 0.99999);
+    // -1 cuts at the window; null cuts nothing (too long is refused); out of range is a 400.
+    let long = "word ".repeat(400);
+    let window = embed(json!({"model": "mini", "input": long, "truncate_prompt_tokens": -1}));
+    assert_eq!(window["usage"]["prompt_tokens"], 256);
+    assert!(
+        s.post_json("/v1/embeddings", &json!({"model": "mini", "input": long, "truncate_prompt_tokens": null})).status
+            >= 400
+    );
+    for k in [0, -2, 257] {
+        let e = s
+            .post_json("/v1/embeddings", &json!({"model": "mini", "input": text, "truncate_prompt_tokens": k}))
+            .assert_error(400);
+        assert_eq!(e["error"]["param"], "truncate_prompt_tokens", "{e}");
+    }
+    // embed_dtype and endianness shape base64; fp8 is refused.
+    let b64 = |dtype: &str, order: &str| {
+        let reply = embed(json!({"model": "mini", "input": text, "encoding_format": "base64",
+                                 "embed_dtype": dtype, "endianness": order}));
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.decode(reply["data"][0]["embedding"].as_str().unwrap()).unwrap()
+    };
+    let float = vector(&embed(json!({"model": "mini", "input": text})));
+    let f16: Vec<f32> =
+        b64("float16", "little").chunks(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+    assert_eq!(f16.len(), float.len());
+    assert!(f16.iter().zip(&float).all(|(a, b)| (a - b).abs() < 1e-3));
+    let bf16_big: Vec<f32> =
+        b64("bfloat16", "big").chunks(2).map(|b| half::bf16::from_be_bytes([b[0], b[1]]).to_f32()).collect();
+    assert!(bf16_big.iter().zip(&float).all(|(a, b)| (a - b).abs() < 1e-2));
+    let f32_big: Vec<f32> =
+        b64("float32", "big").chunks(4).map(|b| f32::from_be_bytes([b[0], b[1], b[2], b[3]])).collect();
+    assert_eq!(f32_big, float);
+    s.post_json(
+        "/v1/embeddings",
+        &json!({"model": "mini", "input": text, "encoding_format": "base64", "embed_dtype": "fp8_e4m3"}),
+    )
+    .assert_error(400);
+}
