@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use aleph_engine::{LabelScore, ModelHandle};
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
-use super::extract::ApiJson;
+use super::extract::{parse, read_body};
 use super::schemas::{response_id, unix_now, ClassifyLabel, ClassifyRequest, ClassifyResponse, Usage};
 use super::state::AppState;
 use super::timing::{observe, timing_headers};
@@ -27,10 +27,13 @@ use super::validate::{require_capability, validate_texts};
         (status = 429, description = "The model's queue is full", body = super::error::ErrorBody),
     )
 )]
-pub async fn classify(
-    State(state): State<Arc<AppState>>,
-    ApiJson(req): ApiJson<ClassifyRequest>,
-) -> Result<Response, ApiError> {
+pub async fn classify(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, ApiError> {
+    let body = read_body(request, &state).await?;
+    // vLLM's classify answers in its own shape.
+    if super::vllm_classify::is_vllm_classify(&body) {
+        return Ok(super::vllm_classify::classify_body(&state, &body).await);
+    }
+    let req: ClassifyRequest = parse(&body)?;
     let model = state.registry()?.get(&req.model)?;
     let result = predict(&state, &model, req).await;
     observe(model.name(), "/classify", &result);

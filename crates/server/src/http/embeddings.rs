@@ -246,7 +246,11 @@ pub fn validate_dimensions(model: &ModelHandle, dimensions: Option<i64>) -> Resu
 
 /// vLLM's `truncate_prompt_tokens` and `truncation_side`: absent or -1 cuts at the window, `null` not at all,
 /// k (at most the window) keeps k tokens.
-fn truncation(model: &ModelHandle, tokens: Option<Option<i64>>, side: TruncationSide) -> Result<Truncation, ApiError> {
+pub(super) fn truncation(
+    model: &ModelHandle,
+    tokens: Option<Option<i64>>,
+    side: TruncationSide,
+) -> Result<Truncation, ApiError> {
     let left = side == TruncationSide::Left;
     let window = model.info().window;
     match tokens {

@@ -20,6 +20,7 @@ pub mod state;
 pub mod tei;
 mod timing;
 pub mod validate;
+mod vllm_classify;
 mod vllm_rerank;
 
 use std::sync::Arc;

@@ -16,7 +16,7 @@ use super::state::AppState;
 use super::timing::{observe, timing_headers};
 
 /// Fields of vLLM's rerank request that neither Infinity's nor Cohere's has.
-const VLLM_ONLY: &[&str] = &[
+pub(super) const VLLM_ONLY: &[&str] = &[
     "use_activation",
     "truncate_prompt_tokens",
     "truncation_side",

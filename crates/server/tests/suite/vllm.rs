@@ -333,3 +333,56 @@ fn embeddings_take_vllms_activation_truncation_and_encoding_fields() {
     )
     .assert_error(400);
 }
+
+#[test]
+fn a_vllm_classify_request_gets_probs_in_label_order() {
+    let (classifier, ce) = (tiny("bert-classify"), tiny("bert-rerank"));
+    let s = Server::start(&[
+        "--model-id",
+        &classifier,
+        "--served-model-name",
+        "cls",
+        "--model-id",
+        &ce,
+        "--served-model-name",
+        "ce",
+        "--no-model-warmup",
+    ]);
+    let texts = ["I love this movie", "This was awful"];
+    let infinity = s.post_json("/classify", &json!({"model": "cls", "input": texts})).json();
+    assert!(infinity["data"][0].is_array(), "Infinity's body keeps Infinity's shape: {infinity}");
+    let vllm = s.post_json("/classify", &json!({"model": "cls", "input": texts, "use_activation": true})).json();
+    assert!(vllm["id"].as_str().unwrap().starts_with("classify-"), "{vllm}");
+    assert_eq!(vllm["object"], "list");
+    for (i, item) in vllm["data"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(item["index"], i);
+        assert_eq!(item["num_classes"], 3);
+        let best = &infinity["data"][i][0];
+        assert_eq!(item["label"], best["label"], "the best label");
+        // probs are in label order: each label's Infinity score at its own position.
+        for l in infinity["data"][i].as_array().unwrap() {
+            let label = l["label"].as_str().unwrap();
+            let at = ["negative", "neutral", "positive"].iter().position(|x| *x == label).unwrap();
+            assert!((item["probs"][at].as_f64().unwrap() - l["score"].as_f64().unwrap()).abs() < 1e-6, "{vllm}");
+        }
+        let sum: f64 = item["probs"].as_array().unwrap().iter().map(|p| p.as_f64().unwrap()).sum();
+        assert!((sum - 1.0).abs() < 1e-5);
+    }
+    let logits = s.post_json("/classify", &json!({"model": "cls", "input": texts[0], "use_activation": false})).json();
+    let raw = s.post_json("/classify", &json!({"model": "cls", "input": [texts[0]], "raw_scores": true})).json();
+    for l in raw["data"][0].as_array().unwrap() {
+        let at = ["negative", "neutral", "positive"].iter().position(|x| *x == l["label"].as_str().unwrap()).unwrap();
+        assert!((logits["data"][0]["probs"][at].as_f64().unwrap() - l["score"].as_f64().unwrap()).abs() < 1e-6);
+    }
+    // A cross-encoder classifies with its one logit through a sigmoid, as /pooling's classify task does.
+    let pooled = s.post_json("/pooling", &json!({"model": "ce", "input": "x", "task": "classify"})).json();
+    let one = s.post_json("/classify", &json!({"model": "ce", "input": "x", "use_activation": true})).json();
+    assert_eq!(one["data"][0]["num_classes"], 1);
+    assert_eq!(one["data"][0]["label"], "LABEL_0");
+    let prob = one["data"][0]["probs"][0].as_f64().unwrap();
+    assert!(
+        prob > 0.0 && prob < 1.0 && (prob - pooled["data"][0]["data"][0].as_f64().unwrap()).abs() < 1e-6,
+        "{pooled}"
+    );
+    s.post_json("/classify", &json!({"model": "cls", "input": texts, "truncate_prompt_tokens": 0})).assert_error(400);
+}
