@@ -1,5 +1,5 @@
 """TEI's gRPC API (`tei.v1`, `--grpc-port`) through grpcio, the reference gRPC implementation, with stubs
-generated at test time from crates/server/proto/tei.proto (TEI's proto) by grpcio-tools.
+generated at test time from crates/tei-proto/proto/tei.proto (TEI's proto) by grpcio-tools.
 
 Each answer is compared with the HTTP route that computes the same thing (TEI's /embed, /embed_all, /predict,
 /rerank, /tokenize, /decode). proto3's defaults differ from HTTP's: `truncate`, `add_special_tokens` and
@@ -38,7 +38,7 @@ def pb():
     with tempfile.TemporaryDirectory(prefix="aleph-grpc-") as d:
         out = Path(d)
         (out / "health.proto").write_text(HEALTH_PROTO)
-        proto_dir = REPO / "crates/server/proto"
+        proto_dir = REPO / "crates/tei-proto/proto"
         for include, name in ((proto_dir, "tei.proto"), (out, "health.proto")):
             rc = protoc.main(["protoc", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}",
                               str(include / name)])

@@ -1,4 +1,4 @@
-//! TEI's gRPC API (`tei.v1`, TEI's proto/tei.proto) on its own port (`--grpc-port`): Info, Embed, Predict,
+//! TEI's gRPC API (`tei.v1`, TEI's proto/tei.proto, generated into crates/tei-proto) on its own port (`--grpc-port`): Info, Embed, Predict,
 //! Rerank and Tokenize over the same engine and the same TEI semantics as the HTTP routes (crate::http::tei),
 //! with gRPC's health service and reflection. `--api-key` guards the `tei.v1` services as it guards the HTTP
 //! API; health and reflection stay open, as in TEI.
@@ -15,14 +15,8 @@ use tonic_health::server::HealthReporter;
 
 use crate::http::state::AppState;
 
-/// The code prost and tonic generate from proto/tei.proto (scripts/gen-grpc.sh).
-#[allow(clippy::all, clippy::pedantic, missing_docs, unused_qualifications)]
-pub mod pb {
-    include!("pb/tei.v1.rs");
-
-    /// The proto's descriptors, for the reflection service.
-    pub const DESCRIPTOR_SET: &[u8] = include_bytes!("../../proto/tei_descriptor.bin");
-}
+/// The messages and service traits generated from TEI's proto (crates/tei-proto).
+pub use aleph_tei_proto as pb;
 
 pub use service::Tei;
 
