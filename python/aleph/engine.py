@@ -167,6 +167,7 @@ class AsyncEmbeddingEngine:
         dimensions: Optional[int] = None,
         prompt_name: Optional[str] = None,
         output: str = "dense",
+        task: Optional[str] = None,
     ) -> "tuple[list, int]":
         capability = {"text": "embed", "image": "image_embed", "audio": "audio_embed"}[modality]
         if output == "sparse":
@@ -176,7 +177,7 @@ class AsyncEmbeddingEngine:
             raise TypeError("embed takes a list of sentences, not one str")
         dims = dimensions if dimensions is not None else matryoshka_dim
         kind, payload, usage = native.embed(
-            list(inputs), modality=modality, dimensions=dims, prompt_name=prompt_name, output=output
+            list(inputs), modality=modality, dimensions=dims, prompt_name=prompt_name, output=output, task=task
         )
         if kind == "dense":
             flat, width = payload
@@ -238,12 +239,14 @@ class AsyncEmbeddingEngine:
         prompt_name: Optional[str] = None,
         dimensions: Optional[int] = None,
         output: str = "dense",
+        task: Optional[str] = None,
     ) -> "tuple[list[EmbeddingReturnType], int]":
         """Embeds sentences: a numpy array each (``output="sparse"``: a ``SparseEmbedding`` each;
         ``output="colbert"``: a ``[tokens, dim]`` array each), and the tokens used.
 
         ``matryoshka_dim`` (or ``dimensions``) keeps the first dimensions, re-normalized where the model
-        normalizes; ``prompt_name`` names a prompt of the model's sentence-transformers config.
+        normalizes; ``prompt_name`` names a prompt of the model's sentence-transformers config; ``task``
+        picks jina-embeddings-v3's adapter for that task (and its prompt, unless ``prompt_name`` names another).
         """
         self._assert_running()
         return await self._run(
@@ -253,6 +256,7 @@ class AsyncEmbeddingEngine:
             dimensions=dimensions,
             prompt_name=prompt_name,
             output=output,
+            task=task,
         )
 
     async def rerank(

@@ -34,6 +34,7 @@ MODELS = {
     "bge-m3": TINY / "bge-m3",
     "clip": TINY / "clip",
     "clap": TINY / "clap",
+    "jina-v3": TINY / "jina-v3-embed",
 }
 
 TEXTS = [

@@ -157,6 +157,21 @@ def test_prompts_by_name(server, tmp_path):
     assert prefixed[0].shape == (384,)
 
 
+def test_a_task_picks_jina_v3s_adapter_as_the_server_does(server):
+    async def go():
+        async with AsyncEmbeddingEngine.from_args(engine_args("jina-v3")) as engine:
+            with pytest.raises(ValueError, match="summarize"):
+                await engine.embed(TEXTS[:1], task="summarize")
+            return await engine.embed(TEXTS, task="retrieval.query"), await engine.embed(TEXTS)
+
+    (adapted, usage), (plain, _) = run(go())
+    want = server.post("/embeddings", {"model": "jina-v3", "input": TEXTS, "task": "retrieval.query"})
+    assert usage == want["usage"]["prompt_tokens"]
+    for got, item in zip(adapted, want["data"]):
+        assert got.tobytes() == f32(item["embedding"]).tobytes()
+    assert not np.allclose(adapted[0], plain[0], atol=1e-3)
+
+
 def test_image_embed_takes_bytes_data_uris_paths_and_pil_images(server):
     png = (MEDIA / "wide.png").read_bytes()
     uri = "data:image/png;base64," + base64.b64encode(png).decode()

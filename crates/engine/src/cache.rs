@@ -137,6 +137,11 @@ impl VectorCache {
         if let Some(limit) = opts.truncation.limit {
             h.update((limit as u64).to_le_bytes());
         }
+        // Likewise the adapter, only when one is named.
+        if let Some(adapter) = opts.adapter {
+            h.update([b'A']);
+            h.update(adapter.to_le_bytes());
+        }
         let mut field = |tag: u8, bytes: &[u8]| {
             h.update([tag]);
             h.update((bytes.len() as u64).to_le_bytes());
@@ -298,6 +303,9 @@ mod tests {
         let mut left = opts;
         left.truncation.left = true;
         assert_ne!(a.key(&text, &opts), a.key(&text, &left));
+        let adapted = RunOptions { adapter: Some(0), ..opts };
+        assert_ne!(a.key(&text, &opts), a.key(&text, &adapted));
+        assert_ne!(a.key(&text, &adapted), a.key(&text, &RunOptions { adapter: Some(1), ..opts }));
         // A pair is not the concatenation of its halves.
         assert_ne!(
             a.key(&Input::Pair("ab".into(), "c".into()), &opts),

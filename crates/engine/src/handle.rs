@@ -79,6 +79,8 @@ pub struct RunOptions {
     pub truncation: Truncation,
     /// What each text wants back (needs [`ModelInfo::token_outputs`] unless it is the default).
     pub output: OutputKind,
+    /// The adapter texts run with: an index into [`ModelInfo::adapters`] (jina-embeddings-v3's task LoRA).
+    pub adapter: Option<u16>,
 }
 
 /// Outputs for one request, in input order, with what they cost.
@@ -415,7 +417,7 @@ impl ModelHandle {
                     .map(|input| match input {
                         Input::Text(t) => tok
                             .encode_with(&t, opts.truncation)
-                            .map(|e| Prepared::Tokens(e, opts.output))
+                            .map(|e| Prepared::Tokens(e, opts.output, opts.adapter))
                             .map_err(tokenization),
                         Input::Pair(a, b) => tok.encode_pair(&a, &b).map(Prepared::from).map_err(tokenization),
                         Input::InstructedPair { query, document, instruction } => tok
@@ -424,7 +426,7 @@ impl ModelHandle {
                             .map_err(tokenization),
                         Input::Ids(ids) => tok
                             .from_ids(&ids, opts.truncation)
-                            .map(|e| Prepared::Tokens(e, opts.output))
+                            .map(|e| Prepared::Tokens(e, opts.output, opts.adapter))
                             .map_err(tokenization),
                         Input::Image(bytes) => match &images {
                             Some(p) => p

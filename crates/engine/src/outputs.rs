@@ -30,6 +30,10 @@ pub struct EmbedSpec {
     /// Float32 vectors whatever the server's `--embedding-dtype` (Cohere quantizes each of its
     /// `embedding_types` from them with [`ModelHandle::quantize_as`]).
     pub float32: bool,
+    /// The task whose adapter the texts run with (jina-embeddings-v3's `retrieval.query`, ...); its prompt
+    /// goes before each text unless `prompt_name` names another, as the model card's
+    /// `encode(task=t, prompt_name=t)` does.
+    pub task: Option<String>,
 }
 
 /// Whether a dense embedding is L2-normalized (after the `dimensions` cut).
@@ -82,6 +86,28 @@ impl ModelHandle {
         }
     }
 
+    /// The adapter a request naming `task` runs with, or why it cannot.
+    pub fn adapter(&self, task: Option<&str>) -> Result<Option<u16>, EngineError> {
+        let Some(task) = task else {
+            return Ok(None);
+        };
+        let adapters = &self.info().adapters;
+        if adapters.is_empty() {
+            return Err(EngineError::InvalidInput(format!(
+                "model `{}` has no task adapters: `task` selects one of jina-embeddings-v3's",
+                self.name()
+            )));
+        }
+        match adapters.iter().position(|a| a == task) {
+            Some(i) => Ok(Some(i as u16)),
+            None => Err(EngineError::InvalidInput(format!(
+                "task `{task}` is not one of model `{}`'s: {}",
+                self.name(),
+                adapters.join(", ")
+            ))),
+        }
+    }
+
     /// The texts with the prompt `spec` names (or the model's default one) before each.
     pub fn with_prompt(&self, inputs: Vec<Input>, prompt_name: Option<&str>) -> Result<Vec<Input>, EngineError> {
         let prompt = self.prompt(prompt_name).map_err(EngineError::InvalidInput)?;
@@ -119,8 +145,10 @@ impl ModelHandle {
                 self.name()
             )));
         }
-        let inputs = self.with_prompt(inputs, spec.prompt_name.as_deref())?;
-        let run = self.run_with(inputs, RunOptions { output: kind, truncation: spec.truncation }).await?;
+        let adapter = self.adapter(spec.task.as_deref())?;
+        let task_prompt = spec.task.as_deref().filter(|t| info.prompts.get(t).is_ok());
+        let inputs = self.with_prompt(inputs, spec.prompt_name.as_deref().or(task_prompt))?;
+        let run = self.run_with(inputs, RunOptions { output: kind, truncation: spec.truncation, adapter }).await?;
         // Token states (`OutputKind::Tokens`) come as rows like ColBERT's, never normalized.
         let tokens = kind == OutputKind::Tokens;
         let multi = info.task == Task::MultiVector || kind == OutputKind::MultiVector || tokens;

@@ -5,8 +5,8 @@ use aleph_models::{AudioFeatures, Encoded, OutputKind, Pixels};
 /// A tokenized text (or pair), a preprocessed image, or an audio clip's features.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Prepared {
-    /// Token ids, and what the sequence wants back.
-    Tokens(Encoded, OutputKind),
+    /// Token ids, what the sequence wants back, and the adapter it runs with (see [`crate::RunOptions`]).
+    Tokens(Encoded, OutputKind, Option<u16>),
     /// Pixels with the tokens the vision tower spends on them, so images share the token budget.
     Image { pixels: Pixels, cost: usize },
     /// Log-mel features with the tokens the audio tower spends on them.
@@ -17,7 +17,7 @@ impl Prepared {
     /// What the item costs against the batch's token budget.
     pub fn cost(&self) -> usize {
         match self {
-            Prepared::Tokens(e, _) => e.len(),
+            Prepared::Tokens(e, ..) => e.len(),
             Prepared::Image { cost, .. } | Prepared::Audio { cost, .. } => *cost,
         }
     }
@@ -25,6 +25,6 @@ impl Prepared {
 
 impl From<Encoded> for Prepared {
     fn from(e: Encoded) -> Self {
-        Prepared::Tokens(e, OutputKind::Default)
+        Prepared::Tokens(e, OutputKind::Default, None)
     }
 }

@@ -164,7 +164,7 @@ mod tests {
     use super::*;
 
     fn enc(n: usize) -> Prepared {
-        Prepared::Tokens(aleph_models::Encoded { ids: vec![1; n], type_ids: vec![0; n] }, Default::default())
+        Prepared::Tokens(aleph_models::Encoded { ids: vec![1; n], type_ids: vec![0; n] }, Default::default(), None)
     }
 
     const POLICY: BatchPolicy = BatchPolicy { max_items: 2, max_tokens: 1000, pads: true };

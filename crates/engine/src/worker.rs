@@ -88,7 +88,7 @@ fn run_batch(model_name: &str, model: &dyn Model, items: Vec<Item>, stats: &Work
     let mut clips = Vec::new();
     for item in &items {
         match &item.input {
-            Prepared::Tokens(e, output) => batch.push_as(&e.ids, &e.type_ids, *output),
+            Prepared::Tokens(e, output, adapter) => batch.push_with(&e.ids, &e.type_ids, *output, *adapter),
             Prepared::Image { pixels, .. } => images.push(pixels.clone()),
             Prepared::Audio { features, .. } => clips.push(features.clone()),
         }

@@ -45,6 +45,9 @@ pub struct Batch {
     pub max_len: usize,
     /// What each sequence wants back; empty means [`OutputKind::Default`] for all.
     pub outputs: Vec<OutputKind>,
+    /// The adapter each sequence runs with (an index into [`crate::ModelInfo::adapters`]: jina-embeddings-v3's
+    /// per-task LoRA); empty means none for all.
+    pub adapters: Vec<Option<u16>>,
 }
 
 impl Batch {
@@ -59,7 +62,18 @@ impl Batch {
 
     /// Appends one sequence that wants `output` back.
     pub fn push_as(&mut self, ids: &[u32], type_ids: &[u32], output: OutputKind) {
+        self.push_with(ids, type_ids, output, None);
+    }
+
+    /// Appends one sequence that wants `output` back, computed with `adapter` (if any).
+    pub fn push_with(&mut self, ids: &[u32], type_ids: &[u32], output: OutputKind, adapter: Option<u16>) {
         debug_assert_eq!(ids.len(), type_ids.len());
+        if adapter.is_some() && self.adapters.len() < self.len() {
+            self.adapters.resize(self.len(), None);
+        }
+        if adapter.is_some() || !self.adapters.is_empty() {
+            self.adapters.push(adapter);
+        }
         if output != OutputKind::Default && self.outputs.len() < self.len() {
             self.outputs.resize(self.len(), OutputKind::Default);
         }
@@ -75,6 +89,21 @@ impl Batch {
     /// What sequence `i` wants back.
     pub fn output(&self, i: usize) -> OutputKind {
         self.outputs.get(i).copied().unwrap_or_default()
+    }
+
+    /// The adapter sequence `i` runs with.
+    pub fn adapter(&self, i: usize) -> Option<u16> {
+        self.adapters.get(i).copied().flatten()
+    }
+
+    /// The sequences `which` (in that order) as a batch of their own.
+    pub fn select(&self, which: &[usize]) -> Batch {
+        let mut b = Batch::new();
+        for &i in which {
+            let (s, e) = (self.cu_seqlens[i], self.cu_seqlens[i + 1]);
+            b.push_with(&self.input_ids[s..e], &self.token_type_ids[s..e], self.output(i), self.adapter(i));
+        }
+        b
     }
 
     /// Number of sequences.
@@ -136,5 +165,19 @@ mod tests {
             (0..3).map(|i| b.output(i)).collect::<Vec<_>>(),
             vec![OutputKind::Default, OutputKind::Tokens, OutputKind::Default]
         );
+    }
+
+    #[test]
+    fn adapters_line_up_with_sequences_and_survive_a_selection() {
+        let mut b = Batch::new();
+        b.push(&[1, 2], &[0, 0]);
+        b.push_with(&[3], &[0], OutputKind::Tokens, Some(2));
+        b.push(&[4, 5, 6], &[0, 1, 1]);
+        assert_eq!((0..3).map(|i| b.adapter(i)).collect::<Vec<_>>(), vec![None, Some(2), None]);
+        let s = b.select(&[2, 1]);
+        assert_eq!(s.input_ids, vec![4, 5, 6, 3]);
+        assert_eq!(s.token_type_ids, vec![0, 1, 1, 0]);
+        assert_eq!(s.cu_seqlens, vec![0, 3, 4]);
+        assert_eq!((s.max_len, s.adapter(0), s.adapter(1), s.output(1)), (3, None, Some(2), OutputKind::Tokens));
     }
 }

@@ -133,6 +133,9 @@ pub struct TextTokenizer {
     uncut: Arc<OnceLock<Box<Tokenizer>>>,
     /// A static model's rules, which replace the window's cut and the special tokens.
     static_rules: Option<StaticRules>,
+    /// Whitespace is stripped from both ends of a text first (jina-embeddings-v3's `custom_st.Transformer`, and
+    /// sentence-transformers before 5, strip every input).
+    strip: bool,
 }
 
 /// How model2vec's `StaticModel.encode` tokenizes: the text cut to `char_limit` characters, no special tokens,
@@ -266,6 +269,7 @@ impl TextTokenizer {
             left: Arc::new(OnceLock::new()),
             uncut: Arc::new(OnceLock::new()),
             static_rules: None,
+            strip: false,
         })
     }
 
@@ -308,6 +312,12 @@ impl TextTokenizer {
     }
 
     /// The same tokenizer following a static model's rules ([`StaticRules`]); the window stays the token cut.
+    /// Strips whitespace from both ends of every text before tokenizing it.
+    pub fn stripping(mut self) -> Self {
+        self.strip = true;
+        self
+    }
+
     pub fn with_static_rules(mut self, rules: StaticRules) -> Self {
         self.static_rules = Some(rules);
         self
@@ -341,6 +351,7 @@ impl TextTokenizer {
             left: Arc::new(OnceLock::new()),
             uncut: Arc::new(OnceLock::new()),
             static_rules: None,
+            strip: false,
         }
     }
 
@@ -369,6 +380,7 @@ impl TextTokenizer {
     /// Tokenizes one text like [`Self::encode`], cut as the client asks: from the start, or not at all
     /// (then an input past the window is [`ModelError::InputTooLong`]).
     pub fn encode_with(&self, text: &str, truncation: Truncation) -> Result<Encoded, ModelError> {
+        let text = if self.strip { text.trim() } else { text };
         if self.static_rules.is_some() {
             return self.encode(text);
         }
@@ -566,6 +578,7 @@ impl TextTokenizer {
 
     /// Tokenizes one text with the model's special tokens, truncated to the window.
     pub fn encode(&self, text: &str) -> Result<Encoded, ModelError> {
+        let text = if self.strip { text.trim() } else { text };
         if let (Some(rules), Kind::HuggingFace(tok)) = (&self.static_rules, &self.kind) {
             let text = match rules.char_limit {
                 Some(n) => text.char_indices().nth(n).map_or(text, |(at, _)| &text[..at]),

@@ -106,7 +106,8 @@ impl Engine {
     }
 
     /// Embeds texts (or, with `modality`, encoded images or audio clips as bytes).
-    #[pyo3(signature = (inputs, *, modality="text", dimensions=None, prompt_name=None, output="dense"))]
+    #[pyo3(signature = (inputs, *, modality="text", dimensions=None, prompt_name=None, output="dense", task=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one parameter each
     fn embed<'py>(
         &self,
         py: Python<'py>,
@@ -115,6 +116,7 @@ impl Engine {
         dimensions: Option<usize>,
         prompt_name: Option<String>,
         output: &str,
+        task: Option<String>,
     ) -> PyResult<EmbedAnswer<'py>> {
         let handle = self.handle()?;
         let inputs = match modality {
@@ -142,7 +144,7 @@ impl Engine {
         if dimensions == Some(0) {
             return Err(PyValueError::new_err("dimensions must be at least 1"));
         }
-        let spec = EmbedSpec { prompt_name, dimensions, output, ..Default::default() };
+        let spec = EmbedSpec { prompt_name, dimensions, output, task, ..Default::default() };
         let embedded = wait(py, self.pid, handle.embed(inputs, &spec))?.map_err(engine_error)?;
         let usage = embedded.run.prompt_tokens;
         let e = &embedded.embeddings;

@@ -443,6 +443,11 @@ impl Ops for Candle {
         Ok(())
     }
 
+    fn activate(&self, x: &mut Tensor, act: Activation) -> Result<(), ModelError> {
+        *x = act.apply(x).map_err(forward_err)?;
+        Ok(())
+    }
+
     fn add_rows(&self, x: &mut Tensor, table: &Tensor, ids: &[u32]) -> Result<(), ModelError> {
         let rows = table.dims2().map_err(forward_err)?.0;
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= rows) {

@@ -80,6 +80,10 @@ fn linear_and_norm<O: Ops>(o: &O, name: &str, slack: f64) {
         o.linear_fwd(&xt, &l, Post::Act(a), &mut y).unwrap();
         let want: Vec<f64> = plain.iter().map(|&v| act(a, v)).collect();
         close(&o.host(&y).unwrap(), &want, 1e-5 + slack, &format!("{name} linear {a:?}"));
+        // The same activation on its own, after the product.
+        o.linear_fwd(&xt, &l, Post::None, &mut y).unwrap();
+        o.activate(&mut y, a).unwrap();
+        close(&o.host(&y).unwrap(), &want, 1e-5 + slack, &format!("{name} activate {a:?}"));
     }
     o.linear_fwd(&xt, &l, Post::Residual(&rt), &mut y).unwrap();
     let want: Vec<f64> = plain.iter().zip(&r).map(|(p, r)| p + *r as f64).collect();

@@ -243,6 +243,11 @@ impl Ops for Cpu {
         Ok(())
     }
 
+    fn activate(&self, x: &mut Mat, act: Activation) -> Result<(), ModelError> {
+        act.apply_rows(self.isa, &mut x.data);
+        Ok(())
+    }
+
     fn add_rows(&self, x: &mut Mat, table: &Table, ids: &[u32]) -> Result<(), ModelError> {
         let w = x.cols;
         if ids.len() != x.rows {

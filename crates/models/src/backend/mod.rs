@@ -285,6 +285,9 @@ pub trait Ops: Send + Sync + Sized + 'static {
         post: Post<'_, Self::T>,
         out: &mut Self::T,
     ) -> Result<(), ModelError>;
+    /// `x = act(x)`, in place: an activation applied after something else was added to a product (a LoRA
+    /// adapter's low-rank term).
+    fn activate(&self, x: &mut Self::T, act: Activation) -> Result<(), ModelError>;
     /// `x[r] += table[ids[r]]`: positions added to patch embeddings.
     fn add_rows(&self, x: &mut Self::T, table: &Self::Table, ids: &[u32]) -> Result<(), ModelError>;
     /// `out[r] = parts[rows[r].0][rows[r].1]`: rows picked from several matrices of one width (pooled

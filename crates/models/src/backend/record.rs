@@ -116,6 +116,10 @@ impl<O: Ops> Ops for Recording<O> {
         self.inner.linear_fwd(x, &l.0, post, out)
     }
 
+    fn activate(&self, x: &mut O::T, act: Activation) -> Result<(), ModelError> {
+        self.inner.activate(x, act)
+    }
+
     fn add_rows(&self, x: &mut O::T, table: &O::Table, ids: &[u32]) -> Result<(), ModelError> {
         self.inner.add_rows(x, table, ids)
     }

@@ -133,9 +133,15 @@ impl<'a, O: Ops> Weights<'a, O> {
     /// An embedding table's `weight` times `scale` (Gemma's √hidden): read in place from the mapped file
     /// where the backend can, else loaded.
     pub fn scaled_table(&self, rows: usize, cols: usize, scale: f32) -> Result<O::Table, ModelError> {
+        self.table_at("weight", rows, cols, scale)
+    }
+
+    /// The table stored as `leaf` under this prefix (torch's `parametrizations.weight.original`), times
+    /// `scale`, read in place where the backend can.
+    pub fn table_at(&self, leaf: &str, rows: usize, cols: usize, scale: f32) -> Result<O::Table, ModelError> {
         let name = match self.vb.prefix() {
-            p if p.is_empty() => "weight".to_string(),
-            p => format!("{p}.weight"),
+            p if p.is_empty() => leaf.to_string(),
+            p => format!("{p}.{leaf}"),
         };
         if let Some(m) = self.mapped.as_ref().map(|m| m.table(&name, rows, cols)).transpose()?.flatten() {
             if let Some(t) = self.ops.mapped_table(&m.scaled(scale)) {
@@ -143,7 +149,7 @@ impl<'a, O: Ops> Weights<'a, O> {
                 return Ok(t);
             }
         }
-        let mut t = self.get((rows, cols), "weight")?;
+        let mut t = self.get((rows, cols), leaf)?;
         if scale != 1.0 {
             t = (t * scale as f64).map_err(weights)?;
         }

@@ -98,6 +98,8 @@ pub struct ModelInfo {
     pub takes_instruction: bool,
     /// The precision it computes at (`--dtype auto` resolved for its device and backend).
     pub dtype: DType,
+    /// Tasks a request may pick an adapter by (jina-embeddings-v3's `lora_adaptations`), in adapter order.
+    pub adapters: Vec<String>,
 }
 
 impl ModelInfo {
@@ -134,6 +136,7 @@ impl ModelInfo {
             prompts: Default::default(),
             takes_instruction: false,
             dtype: DType::Float32,
+            adapters: Vec::new(),
         }
     }
 
@@ -560,6 +563,7 @@ fn load_family(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Load
         "modernbert" => return text::load_modernbert(dir, arch, opts),
         "deberta-v2" => return text::load_deberta(dir, arch, opts),
         "new" | "gte" | "nomic_bert" => return text::load_gte(dir, arch, opts),
+        "xlm-roberta" if runs_jina_v3(arch) => return text::load_jina_v3(dir, arch, opts),
         "gemma3_text" => return text::load_gemma3(dir, arch, opts),
         "qwen3" | "qwen2" | "mistral" | "llama" => return text::load_llama(dir, arch, opts),
         _ => {}
@@ -575,6 +579,14 @@ fn load_family(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Load
 
 /// JinaBERT v2's code (jina-embeddings-v2, jina-reranker-v1), which `model_type: bert` checkpoints name.
 pub(crate) const JINA_BERT: &str = "jinaai/jina-bert-implementation";
+
+/// Whether an `xlm-roberta` checkpoint's own code is jinaai/xlm-roberta-flash-implementation
+/// (jina-embeddings-v3 and its fine-tunes, which may carry that code in their own repository).
+pub(crate) fn runs_jina_v3(arch: &ArchConfig) -> bool {
+    arch.model_type == "xlm-roberta"
+        && (arch.remote_code_from(crate::models::jina_v3::REMOTE_CODE)
+            || arch.remote_model_classes().any(|c| crate::config::code_in_repo(c) == "modeling_lora.XLMRobertaLoRA"))
+}
 
 /// Whether a `qwen2` checkpoint's own code is gte-Qwen2-instruct's `modeling_qwen` (also stella_en_v5's, and
 /// named as `Alibaba-NLP/gte-Qwen2-7B-instruct--modeling_qwen.Qwen2Model` by fine-tunes): transformers' Qwen2
@@ -600,6 +612,7 @@ pub fn check_remote_code(arch: &ArchConfig, trust: bool) -> Result<(), ModelErro
     if (arch.model_type == "new" && code.contains(".New"))
         || (arch.model_type == "nomic_bert" && code.contains(".NomicBert"))
         || (arch.model_type == "bert" && arch.remote_code_from(JINA_BERT))
+        || runs_jina_v3(arch)
     {
         return Ok(());
     }

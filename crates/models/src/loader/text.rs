@@ -26,6 +26,7 @@ use crate::models::bert::{self, Bert, BertClass, BertConfig, BertConfigFile, Fla
 use crate::models::deberta::{self, Deberta, DebertaConfig};
 use crate::models::gemma3::Gemma3Config;
 use crate::models::gte::{self, Gte, GteConfig};
+use crate::models::jina_v3::{self, JinaV3, JinaV3Config};
 use crate::models::llama::{self, LlamaConfig};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
 use crate::models::qwen3;
@@ -311,6 +312,27 @@ pub(super) fn load_gte(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Res
     })
 }
 
+/// jina-embeddings-v3 (XLM-R with rotary positions and a LoRA adapter per task): an embedder whose requests may
+/// name a task ([`ModelInfo::adapters`]).
+pub(super) fn load_jina_v3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let cfg = JinaV3Config::read(&dir.join("config.json"))?;
+    let mut setup = Setup::new(dir, arch, opts, cfg.max_position_embeddings, cfg.hidden_size)?;
+    // Its sentence-transformers module (custom_st.Transformer) strips every text, the prompt's trailing
+    // space with it when the text is empty.
+    setup.tokenizer = setup.tokenizer.stripping();
+    let vb = setup.vb.clone();
+    let (encoder, backend) = encoder_of(&cfg, &setup, jina_v3::root(vb))?;
+    let mut loaded = setup.encoder_model(dir, encoder, backend, |_, _| {
+        Err(ModelError::Unsupported(
+            "jina-embeddings-v3's code (xlm-roberta-flash-implementation) as a reranker or classifier: only its \
+             embedding model is implemented"
+                .into(),
+        ))
+    })?;
+    loaded.info.adapters = cfg.adapters;
+    Ok(loaded)
+}
+
 /// DeBERTa-v2/v3: embedders, cross-encoders and classifiers (`ContextPooler`: the first token through a dense
 /// layer and `pooler_hidden_act`, then the classifier).
 pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
@@ -534,6 +556,13 @@ impl TextFamily for DecoderFamily {
     type Model<O: Ops> = Decoder<O>;
     fn load<O: Ops>(&self, w: &Weights<O>) -> Result<Decoder<O>, ModelError> {
         Decoder::load(w, &self.spec, self.name)
+    }
+}
+
+impl TextFamily for JinaV3Config {
+    type Model<O: Ops> = JinaV3<O>;
+    fn load<O: Ops>(&self, w: &Weights<O>) -> Result<JinaV3<O>, ModelError> {
+        JinaV3::load(w, self)
     }
 }
 

@@ -1,4 +1,4 @@
-//! ColQwen2 (`ColQwen2ForRetrieval`): Qwen2-VL whose final states are projected to a small width and
+//! ColQwen2 (`ColQwen2ForRetrieval`): Qwen2-VL (ColQwen2.5: Qwen2.5-VL) whose final states are projected to a small width and
 //! L2-normalized, one vector per token: per merged 2×2 patch block and prompt token for a page image (at the
 //! image's own resolution), per token for a query.
 //!
@@ -10,7 +10,7 @@ use candle_nn::VarBuilder;
 use serde::Deserialize;
 
 use super::colpali::token_vectors;
-use super::qwen2_vl::{Qwen2VlVision, TextConfig, VisionConfig};
+use super::qwen2_vl::{Qwen25VisionConfig, Qwen2VlVision, TextConfig, VisionConfig, VisionSpec};
 use crate::backend::Ops;
 use crate::batch::Batch;
 use crate::error::ModelError;
@@ -28,12 +28,23 @@ pub struct ColQwen2Config {
 }
 
 impl ColQwen2Config {
-    pub fn parts(&self) -> Result<(VisionConfig, TextConfig, u32), String> {
+    /// The vision tower's shape (Qwen2-VL's, or Qwen2.5-VL's for `vlm_config.model_type: qwen2_5_vl`), the
+    /// decoder's config and the image token.
+    pub fn parts(&self) -> Result<(VisionSpec, TextConfig, u32), String> {
         let vlm = &self.vlm_config;
         // An omitted (or null) vision config is the class default, every field at its default.
         let vision_value = vlm.get("vision_config").filter(|v| !v.is_null()).cloned();
-        let vision = serde_json::from_value(vision_value.unwrap_or_else(|| serde_json::json!({})))
-            .map_err(|e| format!("vision_config: {e}"))?;
+        let vision_value = vision_value.unwrap_or_else(|| serde_json::json!({}));
+        let vision = match vlm.get("model_type").and_then(|t| t.as_str()).unwrap_or("qwen2_vl") {
+            "qwen2_vl" => VisionSpec::from(
+                &serde_json::from_value::<VisionConfig>(vision_value).map_err(|e| format!("vision_config: {e}"))?,
+            ),
+            "qwen2_5_vl" => serde_json::from_value::<Qwen25VisionConfig>(vision_value)
+                .map_err(|e| format!("vision_config: {e}"))?
+                .spec()
+                .map_err(|e| e.to_string())?,
+            other => return Err(format!("vlm_config model_type `{other}` (only qwen2_vl and qwen2_5_vl)")),
+        };
         let text_value = vlm.get("text_config").filter(|v| !v.is_null()).cloned();
         let text = serde_json::from_value(text_value.unwrap_or_else(|| vlm.clone()))
             .map_err(|e| format!("text_config: {e}"))?;

@@ -12,6 +12,7 @@ pub mod gemma;
 pub mod gemma3;
 pub mod gte;
 pub mod htsat;
+pub mod jina_v3;
 pub mod llama;
 pub mod modernbert;
 pub mod qwen2_vl;

@@ -46,18 +46,34 @@ pub(crate) fn unpatchify(patches: &[f32], gh: usize, gw: usize) -> Pixels {
 #[test]
 fn page_vectors_match_transformers() {
     for (backend, name) in backends() {
-        check_pages(backend, name);
+        check_pages("colqwen2", backend, name);
+    }
+}
+
+/// ColQwen2.5 (scripts/make_tiny_colqwen25.py): Qwen2.5-VL's tower, windows of 2×2 merged tokens with partial
+/// windows at the right and bottom edges, one block over the whole image.
+#[test]
+fn colqwen25_page_vectors_match_transformers() {
+    for (backend, name) in backends() {
+        check_pages("colqwen25", backend, name);
+    }
+}
+
+#[test]
+fn colqwen25_query_ids_and_vectors_match_transformers() {
+    for (backend, _) in backends() {
+        check_multivector_queries("colqwen25", backend);
     }
 }
 
 /// Every page alone from transformers' pixels and from Aleph's preprocessing, then all of them in one batch.
-fn check_pages(backend: Backend, name: &str) {
-    let loaded = load(&fixtures().join("colqwen2"), &LoadOptions { backend, ..Default::default() }).unwrap();
+fn check_pages(fixture: &str, backend: Backend, name: &str) {
+    let loaded = load(&fixtures().join(fixture), &LoadOptions { backend, ..Default::default() }).unwrap();
     assert_eq!(loaded.info.backend.name(), name);
     let mut all = Vec::new();
     assert_eq!(loaded.info.capabilities(), vec!["embed", "rerank", "image_embed"]);
     let dim = loaded.info.dim;
-    let r = reference("colqwen2");
+    let r = reference(fixture);
     let processor = loaded.images.as_ref().unwrap();
     for page in r["images"].as_array().unwrap() {
         let file = page["file"].as_str().unwrap();

@@ -14,6 +14,7 @@ mod distilbert_reference;
 mod gemma3_reference;
 mod gte_reference;
 mod jina_reference;
+mod jina_v3_reference;
 mod llama_reference;
 mod mapped_tables;
 mod minimized_configs;

@@ -222,3 +222,38 @@ fn gte_qwen2_code_without_is_causal_is_refused_on_every_backend() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// jina-embeddings-v3's code with what Aleph does not build (absolute or ALiBi positions, interleaved rotary
+/// halves), or asked to rerank, is refused on every backend, naming it.
+#[test]
+fn jina_v3_variants_it_does_not_build_are_refused_on_every_backend() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 3] = [
+        ("jina-v3-absolute", |c| c["position_embedding_type"] = Value::from("absolute"), "`absolute`"),
+        ("jina-v3-interleaved", |c| c["rotary_emb_interleaved"] = Value::from(true), "interleaved"),
+        (
+            "jina-v3-rerank",
+            |c| c["architectures"] = serde_json::json!(["XLMRobertaForSequenceClassification"]),
+            "reranker or classifier",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let dir = variant("jina-v3-embed", name, edit);
+        for (backend, label) in backends() {
+            let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+            assert!(e.contains(want), "{name} on {label}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A ColQwen whose language model is neither Qwen2-VL nor Qwen2.5-VL is refused, naming what it is.
+#[test]
+fn a_colqwen_over_another_vlm_is_refused_naming_it() {
+    let dir = variant("colqwen25", "colqwen-qwen3-vl", |c| c["vlm_config"]["model_type"] = Value::from("qwen3_vl"));
+    for (backend, label) in backends() {
+        let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+        assert!(e.contains("qwen3_vl") && e.contains("qwen2_5_vl"), "{label}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

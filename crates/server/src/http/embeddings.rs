@@ -102,6 +102,7 @@ async fn media_route(
         user: None,
         modality,
         prompt_name: None,
+        task: None,
         output: EmbeddingOutput::Dense,
         use_activation: None,
         truncate_prompt_tokens: None,
@@ -199,6 +200,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     // The engine applies the prompt, cuts, re-normalizes and quantizes.
     let spec = EmbedSpec {
         prompt_name: req.prompt_name.clone(),
+        task: req.task.clone(),
         dimensions: Some(dims),
         output: kind,
         truncation,

@@ -264,6 +264,11 @@ pub struct EmbeddingRequest {
     /// sentence-transformers' `prompt_name`); default: `--default-prompt-name`, if set.
     #[serde(default)]
     pub prompt_name: Option<String>,
+    /// jina-embeddings-v3's task (`retrieval.query`, `retrieval.passage`, `separation`, `classification`,
+    /// `text-matching`), as Jina's API takes it: the task's LoRA adapter, and its prompt unless `prompt_name`
+    /// names another. A model without adapters refuses it.
+    #[serde(default)]
+    pub task: Option<String>,
     /// `dense` (the default), `sparse` or `colbert`: which output of a model that has several.
     #[serde(default, deserialize_with = "null_default")]
     pub output: EmbeddingOutput,

@@ -133,7 +133,7 @@ pub enum Direction {
 fn options(truncate: Option<bool>, direction: Direction, output: OutputKind) -> RunOptions {
     // TEI's --auto-truncate is on by default, and Aleph always truncates unless asked not to.
     let truncation = Truncation::new(truncate.unwrap_or(true), direction == Direction::Left);
-    RunOptions { truncation, output }
+    RunOptions { truncation, output, adapter: None }
 }
 
 fn yes() -> bool {
@@ -459,6 +459,7 @@ pub async fn embed_vectors(state: &AppState, req: EmbedRequest) -> Result<(Vec<V
         truncation: options(req.truncate, req.truncation_direction, OutputKind::Default).truncation,
         normalize: if req.normalize { Normalization::Always } else { Normalization::Never },
         float32: true,
+        ..Default::default()
     };
     let embedded = model.embed(inputs, &spec).await?;
     let vectors = embedded

@@ -42,6 +42,12 @@ fn colqwen2_pages_at_their_own_resolution_and_queries_score_like_transformers() 
     check_pages_and_queries("colqwen2", &["wide.png", "alpha.png"]);
 }
 
+#[test]
+fn colqwen25_pages_attend_in_windows_and_queries_score_like_transformers() {
+    // Qwen2.5-VL's tower (scripts/make_tiny_colqwen25.py): wide.png's 4×5 merged tokens end in a partial window.
+    check_pages_and_queries("colqwen25", &["wide.png", "alpha.png"]);
+}
+
 fn check_pages_and_queries(model: &str, files: &[&str]) {
     let (dir, r) = fixture_of(model);
     let s = Server::start(&["--model-id", &dir]);

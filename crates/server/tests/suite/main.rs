@@ -19,6 +19,7 @@ mod eval;
 mod fuzz_seeds;
 mod http_api;
 mod hub_download;
+mod jina_v3;
 mod memory_budget;
 mod openai_client;
 mod parity;
