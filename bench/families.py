@@ -63,6 +63,17 @@ FAMILIES = {
                        moe_every_n_layers=2, moe_normalize_expert_weights=False, qkv_proj_bias=True,
                        mlp_fc1_bias=True, mlp_fc2_bias=True, causal=False, add_pooling_layer=False,
                        use_flash_attn=False, fused_bias_fc=False, fused_dropout_add_ln=False), "mean", "auto"),
+    # JINA_V3_REMOTE=folder of jinaai/xlm-roberta-flash-implementation's code (scripts/make_jina_v3.py;
+    # transformers 4.x and einops). Its model loads its tokenizer from `name_or_path` when built.
+    "jina-v3": ("jina-embeddings-v3", "XLMRobertaLoRA", "XLMRobertaFlashConfig",
+                dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                     intermediate_size=4096, max_position_embeddings=8194, rotary_emb_base=20000.0,
+                     lora_adaptations=["retrieval.query", "retrieval.passage", "separation", "classification",
+                                       "text-matching"],
+                     task_instructions={"retrieval.query": "", "retrieval.passage": "", "separation": "",
+                                        "classification": "", "text-matching": ""},
+                     lora_rank=4, load_trained_adapters=True, use_flash_attn=False,
+                     name_or_path=str(ROOT / "models/all-MiniLM-L6-v2")), "mean", "auto"),
     "qwen3": ("Qwen3-Embedding-0.6B", "Qwen3Model", "Qwen3Config",
               dict(vocab_size=151669, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
@@ -80,7 +91,12 @@ FAMILIES = {
 
 # Families run from their remote code (transformers 4.x on PYTHONPATH): class prefix -> (environment variable
 # naming the folder of that code, the fixture script that imports it and knows its auto_map).
-REMOTE = {"JinaBert": ("JINA_REMOTE", "make_jinabert"), "NomicBert": ("NOMIC_REMOTE", "make_nomic_moe")}
+REMOTE = {"JinaBert": ("JINA_REMOTE", "make_jinabert"), "NomicBert": ("NOMIC_REMOTE", "make_nomic_moe"),
+          "XLMRobertaLoRA": ("JINA_V3_REMOTE", "make_jina_v3")}
+
+# ALEPH_ADAPTER=k runs jina-embeddings-v3's sequences under task adapter k on both sides (Aleph's `--adapter`,
+# the remote code's `adapter_mask`); unset, neither uses one.
+ADAPTER = os.environ.get("ALEPH_ADAPTER")
 
 
 def remote(cls):
@@ -118,7 +134,7 @@ def make(name):
     model = getattr(classes, cls)(getattr(classes, cfg_cls)(**cfg)).eval()
     with torch.no_grad():  # NomicBERT's experts are allocated with torch.empty and never initialised
         for n, p in model.named_parameters():
-            if "experts.mlp" in n:
+            if "experts.mlp" in n or "lora_" in n:  # (and LoRA's B starts at zero: make the adapters real)
                 torch.nn.init.normal_(p, std=0.02)
     model.save_pretrained(d)
     if remote(cls):
@@ -134,7 +150,8 @@ def make(name):
 def aleph(d, corpus, n, pooling):
     out = subprocess.run(
         [str(ROOT / "target/release/compute"), "--model", str(d), "--corpus", corpus, "--sentences", str(n),
-         "--corpus-only", "--no-candle", "--no-accuracy", "--pooling", pooling],
+         "--corpus-only", "--no-candle", "--no-accuracy", "--pooling", pooling,
+         *(["--adapter", ADAPTER] if ADAPTER else [])],
         env={**os.environ, "ALEPH_COMPUTE_THREADS": "2"}, check=True, capture_output=True, text=True).stdout
     rates = dict(re.findall(r"\| (aleph-cpu(?:-int8)?) \| ([\d.]+) \|", out))
     return float(rates["aleph-cpu"]), float(rates["aleph-cpu-int8"])
@@ -148,14 +165,25 @@ def pytorch(d, corpus, n, pooling, cls):
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(d)
     sents = [x.strip() for x in sts.sentences(corpus, n)]
-    model = getattr(namespace(cls), cls).from_pretrained(d).eval()
+    classes = namespace(cls)
+    if cls == "XLMRobertaLoRA":  # its from_pretrained reads the config it is handed
+        model = classes.XLMRobertaLoRA.from_pretrained(d, config=classes.XLMRobertaFlashConfig.from_pretrained(d))
+    else:
+        model = getattr(classes, cls).from_pretrained(d)
+    model = model.eval()
     import inspect
 
     accepted = inspect.signature(model.forward).parameters
     names = [k for k in ["input_ids", "attention_mask", "token_type_ids"] if k in accepted]
+    if cls == "XLMRobertaLoRA":  # forward(*args, **kwargs), and one token type
+        names = ["input_ids", "attention_mask"]
     batches = [{k: v for k, v in tok(sents[i:i + 32], padding=True, truncation=True, max_length=256,
                                      return_tensors="pt").items() if k in names}
                for i in range(0, len(sents), 32)]
+
+    if ADAPTER is not None:
+        for b in batches:
+            b["adapter_mask"] = torch.full((b["input_ids"].shape[0],), int(ADAPTER), dtype=torch.int32)
 
     @torch.inference_mode()
     def run():

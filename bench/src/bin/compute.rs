@@ -52,6 +52,9 @@ struct Args {
     /// Aleph's CPU kernels at these dtypes (for profiling one of them).
     #[arg(long, value_delimiter = ',', default_value = "float32,bfloat16,int8")]
     dtypes: Vec<String>,
+    /// The real-sentence run's sequences under this adapter (jina-embeddings-v3's task LoRA, by index).
+    #[arg(long)]
+    adapter: Option<u16>,
 }
 
 fn parse_gemm(s: &str) -> Result<(usize, usize, usize), String> {
@@ -234,7 +237,7 @@ fn main() -> anyhow::Result<()> {
                         let mut b = Batch::new();
                         for s in chunk {
                             let e = m.tokenizer.encode(s).expect("tokenize");
-                            b.push(&e.ids, &e.type_ids);
+                            b.push_with(&e.ids, &e.type_ids, Default::default(), args.adapter);
                         }
                         b
                     })

@@ -368,13 +368,13 @@ pub fn maxsim(query: &[f32], doc: &[f32], dim: usize) -> f32 {
         .sum()
 }
 
-/// The cosine of two vectors (0 where either is all zeros).
+/// The cosine of two vectors (0 where either is all zeros), summed in f64 so long vectors keep f32's precision.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
     let n = norm(a) * norm(b);
     if n > 0.0 {
-        dot / n
+        (dot / n) as f32
     } else {
         0.0
     }

@@ -73,13 +73,7 @@ async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Nex
     if state.keys.is_empty() || !req.uri().path().starts_with("/tei.v1.") {
         return next.run(req).await;
     }
-    let given = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(key) = given.and_then(|k| state.keys.find(k)) else {
+    let Some(key) = crate::http::auth::bearer(&req).and_then(|k| state.keys.find(k)) else {
         return grpc_error(tonic::Status::unauthenticated("No valid auth token"));
     };
     let admitted = match key.admit() {

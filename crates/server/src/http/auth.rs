@@ -41,7 +41,8 @@ pub async fn require_admin_key(
     Ok(next.run(req).await)
 }
 
-fn bearer(req: &Request) -> Option<&str> {
+/// The key an `Authorization: Bearer …` header carries (HTTP and gRPC alike).
+pub(crate) fn bearer(req: &Request) -> Option<&str> {
     req.headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -6,7 +6,7 @@ use aleph_engine::{EmbedSpec, Embedding, Input, ModelHandle, Normalization};
 use aleph_models::tokenizer::Truncation;
 use aleph_models::{OutputKind, Task};
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
@@ -157,7 +157,7 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     };
 
     let dtype = model.config().embedding_dtype;
-    if dtype.packed() && req.encoding_format == EncodingFormat::Base64 {
+    if dtype.packed() && (req.encoding_format == EncodingFormat::Base64 || req.encoding_format.is_bytes()) {
         return Err(ApiError::bad_request(format!(
             "model `{}` returns {} embeddings (packed bits); request encoding_format `float`",
             model.name(),
@@ -178,8 +178,8 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
             ))
             .with_param(if req.output == EmbeddingOutput::Sparse { "output" } else { "encoding_format" }));
         }
-        EmbeddingOutput::Sparse if req.encoding_format == EncodingFormat::Base64 => {
-            return Err(ApiError::bad_request("sparse weights come as `[{index, value}]`, not base64")
+        EmbeddingOutput::Sparse if req.encoding_format == EncodingFormat::Base64 || req.encoding_format.is_bytes() => {
+            return Err(ApiError::bad_request("sparse weights come as `[{index, value}]`, not base64 or bytes")
                 .with_param("encoding_format"));
         }
         EmbeddingOutput::Sparse => OutputKind::Sparse,
@@ -209,6 +209,27 @@ async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> 
     };
     let base64 = |v: &[f32]| encode_base64(v, req.embed_dtype, req.endianness);
     let result = model.embed(inputs, &spec).await?;
+    if req.encoding_format.is_bytes() {
+        let run = &result.run;
+        let mut headers = timing_headers(run.tokenization_time, run.queue_time, run.inference_time);
+        let (body, items) = raw_items(&result.embeddings, req.embed_dtype, req.endianness);
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+        if req.encoding_format == EncodingFormat::Bytes {
+            let tokens = run.prompt_tokens;
+            let metadata = serde_json::json!({
+                "id": response_id(),
+                "created": unix_now() as u64,
+                "model": model.name(),
+                "data": items,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            });
+            // Non-ASCII (a served name) goes as obs-text, which header values allow.
+            let value = HeaderValue::from_bytes(metadata.to_string().as_bytes())
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the metadata header: {e}")))?;
+            headers.insert("metadata", value);
+        }
+        return Ok((headers, body).into_response());
+    }
     let data = result
         .embeddings
         .into_iter()
@@ -275,14 +296,44 @@ pub(super) fn truncation(
 /// The vector's numbers as `dtype` in `order`, base64 (vLLM's `embed_dtype` and `endianness`; the defaults
 /// are OpenAI's little-endian f32).
 fn encode_base64(v: &[f32], dtype: EmbedDtype, order: Endianness) -> String {
+    base64::engine::general_purpose::STANDARD.encode(raw_bytes(v, dtype, order))
+}
+
+/// `v` cast to `dtype`, in `order`'s byte order.
+fn raw_bytes(v: &[f32], dtype: EmbedDtype, order: Endianness) -> Vec<u8> {
     let big = order == Endianness::Big || (order == Endianness::Native && cfg!(target_endian = "big"));
-    let bytes: Vec<u8> = match dtype {
+    match dtype {
         EmbedDtype::Float16 => v.iter().flat_map(|&x| ordered(half::f16::from_f32(x).to_bits(), big)).collect(),
         EmbedDtype::Bfloat16 => v.iter().flat_map(|&x| ordered(half::bf16::from_f32(x).to_bits(), big)).collect(),
         _ if big => v.iter().flat_map(|x| x.to_be_bytes()).collect(),
-        _ => return f32_base64(v),
-    };
-    base64::engine::general_purpose::STANDARD.encode(bytes)
+        _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+/// vLLM's `bytes` body (every item's raw bytes end to end) and its metadata items: where each item starts
+/// and ends in the body, and its shape (`[dim]`, or `[tokens, dim]` for token vectors).
+fn raw_items(embeddings: &[Embedding], dtype: EmbedDtype, order: Endianness) -> (Vec<u8>, Vec<serde_json::Value>) {
+    let mut body = Vec::new();
+    let mut items = Vec::with_capacity(embeddings.len());
+    for (index, e) in embeddings.iter().enumerate() {
+        let (flat, shape) = match e {
+            Embedding::Dense(v) => (v.clone(), vec![v.len()]),
+            Embedding::Multi(rows) => (rows.concat(), vec![rows.len(), rows.first().map_or(0, Vec::len)]),
+            // Refused before the model ran.
+            Embedding::Sparse(_) => (Vec::new(), vec![0]),
+        };
+        let start = body.len();
+        body.extend(raw_bytes(&flat, dtype, order));
+        items.push(serde_json::json!({
+            "index": index,
+            "embed_dtype": dtype.name(),
+            "endianness": order.name(),
+            "start": start,
+            "end": body.len(),
+            "shape": shape,
+        }));
+    }
+    (body, items)
 }
 
 fn ordered(bits: u16, big: bool) -> [u8; 2] {

@@ -2,7 +2,7 @@
 //! awaits the engine.
 
 mod admin;
-mod auth;
+pub(crate) mod auth;
 mod classify;
 pub mod cohere;
 mod embeddings;

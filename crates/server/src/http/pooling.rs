@@ -98,8 +98,11 @@ async fn pool(state: &AppState, model: &ModelHandle, req: PoolingRequest) -> Res
     let base64 = match req.encoding_format {
         None | Some(EncodingFormat::Float) => false,
         Some(EncodingFormat::Base64) => true,
-        Some(EncodingFormat::Sparse) => {
-            return Err(ApiError::bad_request("`encoding_format` is float or base64").with_param("encoding_format"))
+        Some(EncodingFormat::Sparse | EncodingFormat::Bytes | EncodingFormat::BytesOnly) => {
+            return Err(ApiError::bad_request(
+                "`encoding_format` on /pooling is float or base64 (bytes: /v1/embeddings)",
+            )
+            .with_param("encoding_format"))
         }
     };
     let unsupported = |what: &str| {

@@ -202,6 +202,19 @@ pub enum EncodingFormat {
     /// (Aleph's extension; a sparse model's default answer is the dense vocabulary-wide vector). The same as
     /// `output: "sparse"`.
     Sparse,
+    /// vLLM's: the vectors' raw bytes end to end (`embed_dtype`, `endianness`) as `application/octet-stream`,
+    /// with a `metadata` header of JSON saying where each item starts and ends and its shape.
+    Bytes,
+    /// vLLM's: [`EncodingFormat::Bytes`] without the `metadata` header.
+    #[serde(rename = "bytes_only")]
+    BytesOnly,
+}
+
+impl EncodingFormat {
+    /// Whether the answer is raw bytes rather than JSON.
+    pub fn is_bytes(self) -> bool {
+        matches!(self, EncodingFormat::Bytes | EncodingFormat::BytesOnly)
+    }
 }
 
 /// Which of a model's outputs a request wants (Aleph's extension, for models with several: BGE-M3).
@@ -315,6 +328,18 @@ pub enum EmbedDtype {
     Fp8E5m2,
 }
 
+impl EmbedDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            EmbedDtype::Float32 => "float32",
+            EmbedDtype::Float16 => "float16",
+            EmbedDtype::Bfloat16 => "bfloat16",
+            EmbedDtype::Fp8E4m3 => "fp8_e4m3",
+            EmbedDtype::Fp8E5m2 => "fp8_e5m2",
+        }
+    }
+}
+
 /// The byte order of base64 embeddings (vLLM's `endianness`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -323,6 +348,16 @@ pub enum Endianness {
     Native,
     Little,
     Big,
+}
+
+impl Endianness {
+    pub fn name(self) -> &'static str {
+        match self {
+            Endianness::Native => "native",
+            Endianness::Little => "little",
+            Endianness::Big => "big",
+        }
+    }
 }
 
 /// `POST /embeddings_image` and `/embeddings_audio` (deprecated): media references only.

@@ -713,15 +713,8 @@ async fn similarity_request(state: &AppState, req: SimilarityRequest) -> TeiResu
     let inputs = texts_checked(state, model, p.prompt_name.as_deref(), items)?;
     let out = model.run_with(inputs, options(p.truncate, p.truncation_direction, OutputKind::Default)).await?;
     let (source, rest) = out.vectors.split_first().ok_or_else(|| TeiError::backend("no output"))?;
-    let sims: Vec<f64> = rest.iter().map(|v| cosine(source, v)).collect();
+    let sims: Vec<f32> = rest.iter().map(|v| aleph_engine::outputs::cosine(source, v)).collect();
     Ok((timing_headers(out.tokenization_time, out.queue_time, out.inference_time), Json(sims)).into_response())
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    ((dot / (na * nb).max(f64::MIN_POSITIVE)) as f32) as f64
 }
 
 /// `POST /tokenize`: each input's tokens with their byte offsets.

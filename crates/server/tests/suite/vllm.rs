@@ -386,3 +386,80 @@ fn a_vllm_classify_request_gets_probs_in_label_order() {
     );
     s.post_json("/classify", &json!({"model": "cls", "input": texts, "truncate_prompt_tokens": 0})).assert_error(400);
 }
+
+/// One raw POST: status, headers and the body's bytes (vLLM's `bytes` answers are not text).
+fn post_raw(s: &Server, path: &str, body: &Value) -> (u16, Option<String>, Option<String>, Vec<u8>) {
+    let resp = match ureq::post(&format!("{}{path}", s.base)).send_string(&body.to_string()) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{path}: {e}"),
+    };
+    let (status, kind) = (resp.status(), resp.header("content-type").map(str::to_string));
+    let metadata = resp.header("metadata").map(str::to_string);
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut resp.into_reader(), &mut bytes).unwrap();
+    (status, kind, metadata, bytes)
+}
+
+#[test]
+fn bytes_formats_answer_the_raw_vectors_with_vllms_metadata() {
+    let (mini, colbert) = (minilm(), tiny("colbert"));
+    let s = Server::start(&[
+        "--model-id",
+        &mini,
+        "--served-model-name",
+        "mini",
+        "--model-id",
+        &colbert,
+        "--served-model-name",
+        "colbert",
+        "--no-model-warmup",
+    ]);
+    let texts = ["The quick brown fox", "jumps over the lazy dog", "!"];
+    let floats_of = |model: &str| s.post_json("/v1/embeddings", &json!({"model": model, "input": texts})).json();
+    let want = floats_of("mini");
+    let body = json!({"model": "mini", "input": texts, "encoding_format": "bytes", "embed_dtype": "float16"});
+    let (status, kind, metadata, bytes) = post_raw(&s, "/v1/embeddings", &body);
+    assert_eq!((status, kind.as_deref()), (200, Some("application/octet-stream")));
+    let meta: Value = serde_json::from_str(&metadata.expect("a metadata header")).unwrap();
+    assert_eq!(meta["model"], "mini");
+    assert_eq!(meta["usage"]["prompt_tokens"], want["usage"]["prompt_tokens"]);
+    assert!(meta["id"].is_string() && meta["created"].is_u64());
+    let items = meta["data"].as_array().unwrap();
+    assert_eq!(items.len(), texts.len());
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!((item["index"].as_u64(), item["embed_dtype"].as_str()), (Some(i as u64), Some("float16")));
+        assert_eq!(item["endianness"], "native");
+        assert_eq!(item["shape"], json!([384]));
+        let (start, end) = (item["start"].as_u64().unwrap() as usize, item["end"].as_u64().unwrap() as usize);
+        assert_eq!((start, end), (i * 768, (i + 1) * 768));
+        let got: Vec<f32> =
+            bytes[start..end].chunks(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+        let w = floats(&want["data"][i]["embedding"]);
+        assert!(got.iter().zip(&w).all(|(a, b)| (a - b).abs() < 1e-3), "item {i}");
+    }
+    assert_eq!(bytes.len(), 3 * 768);
+    // bytes_only: the same body, no header.
+    let body = json!({"model": "mini", "input": texts, "encoding_format": "bytes_only", "embed_dtype": "float16"});
+    let (status, _, metadata, only) = post_raw(&s, "/v1/embeddings", &body);
+    assert_eq!((status, metadata, only), (200, None, bytes));
+    // Token vectors: `[tokens, dim]` shapes, f32 by default.
+    let want = floats_of("colbert");
+    let body = json!({"model": "colbert", "input": texts, "encoding_format": "bytes"});
+    let (status, _, metadata, bytes) = post_raw(&s, "/v1/embeddings", &body);
+    assert_eq!(status, 200);
+    let meta: Value = serde_json::from_str(&metadata.unwrap()).unwrap();
+    for (i, item) in meta["data"].as_array().unwrap().iter().enumerate() {
+        let rows = want["data"][i]["embedding"].as_array().unwrap();
+        let shape = [rows.len(), rows[0].as_array().unwrap().len()];
+        assert_eq!(item["shape"], json!(shape));
+        let (start, end) = (item["start"].as_u64().unwrap() as usize, item["end"].as_u64().unwrap() as usize);
+        let got: Vec<f32> = bytes[start..end].chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let flat: Vec<f32> = rows.iter().flat_map(floats).collect();
+        assert_eq!(got, flat);
+    }
+    // /pooling keeps to float and base64.
+    let e =
+        s.post_json("/pooling", &json!({"model": "mini", "input": "x", "encoding_format": "bytes"})).assert_error(400);
+    assert_eq!(e["error"]["param"], "encoding_format");
+}
