@@ -311,13 +311,13 @@ impl TextTokenizer {
         Ok(self)
     }
 
-    /// The same tokenizer following a static model's rules ([`StaticRules`]); the window stays the token cut.
     /// Strips whitespace from both ends of every text before tokenizing it.
     pub fn stripping(mut self) -> Self {
         self.strip = true;
         self
     }
 
+    /// The same tokenizer following a static model's rules ([`StaticRules`]); the window stays the token cut.
     pub fn with_static_rules(mut self, rules: StaticRules) -> Self {
         self.static_rules = Some(rules);
         self

@@ -316,14 +316,19 @@ fn raw_items(embeddings: &[Embedding], dtype: EmbedDtype, order: Endianness) -> 
     let mut body = Vec::new();
     let mut items = Vec::with_capacity(embeddings.len());
     for (index, e) in embeddings.iter().enumerate() {
-        let (flat, shape) = match e {
-            Embedding::Dense(v) => (v.clone(), vec![v.len()]),
-            Embedding::Multi(rows) => (rows.concat(), vec![rows.len(), rows.first().map_or(0, Vec::len)]),
-            // Refused before the model ran.
-            Embedding::Sparse(_) => (Vec::new(), vec![0]),
-        };
         let start = body.len();
-        body.extend(raw_bytes(&flat, dtype, order));
+        let shape = match e {
+            Embedding::Dense(v) => {
+                body.extend(raw_bytes(v, dtype, order));
+                vec![v.len()]
+            }
+            Embedding::Multi(rows) => {
+                rows.iter().for_each(|r| body.extend(raw_bytes(r, dtype, order)));
+                vec![rows.len(), rows.first().map_or(0, Vec::len)]
+            }
+            // Refused before the model ran.
+            Embedding::Sparse(_) => vec![0],
+        };
         items.push(serde_json::json!({
             "index": index,
             "embed_dtype": dtype.name(),
