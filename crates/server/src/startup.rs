@@ -262,27 +262,38 @@ fn install_metrics() -> Option<PrometheusHandle> {
         .ok()
 }
 
+/// Resolves on the first Ctrl-C or SIGTERM (what a terminal, systemd, Docker and Kubernetes send to stop). The
+/// handlers are installed by this call, not at the first poll, so a signal from here on is caught.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, Signal, SignalKind};
+        async fn recv(signal: Option<Signal>) {
+            match signal {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        let (interrupt, terminate) = (signal(SignalKind::interrupt()).ok(), signal(SignalKind::terminate()).ok());
+        async move {
+            tokio::select! {
+                _ = recv(interrupt) => {},
+                _ = recv(terminate) => {},
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 /// Resolves on SIGTERM or Ctrl-C once the drain is over: `/health` turns 503 and new API requests are
 /// refused while in-flight ones finish, for at most `limit`. Then the server stops accepting.
 async fn drain_on_signal(state: Arc<AppState>, limit: Duration) {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
+    shutdown_signal().await;
     state.begin_drain();
     tracing::info!("shutdown signal received; draining {} in-flight requests", state.in_flight());
     let deadline = Instant::now() + limit;

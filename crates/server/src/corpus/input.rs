@@ -1,89 +1,61 @@
-//! The corpus, read a chunk at a time: a text file (one text per line) or JSON Lines (a string field of each
-//! object), so memory holds one chunk whatever the corpus's size.
+//! The corpus, whatever its format (from the file's extension): lines of text, JSON Lines, or a Parquet column.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::bail;
 
-pub enum Format {
-    Text,
-    JsonLines { field: String },
+use super::lines::{Format, LineCorpus};
+use super::parquet_texts::ParquetTexts;
+
+pub enum Corpus {
+    Lines(LineCorpus),
+    Parquet(Box<ParquetTexts>),
 }
 
-pub struct Corpus {
-    lines: std::io::Lines<BufReader<File>>,
-    format: Format,
-    /// The line last read (1-based), for errors.
-    line: usize,
-    name: String,
+enum Kind {
+    Lines(Format),
+    Parquet,
+}
+
+fn kind(path: &Path, text_field: &str) -> anyhow::Result<Kind> {
+    Ok(match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("txt") | Some("text") => Kind::Lines(Format::Text),
+        Some("jsonl") | Some("ndjson") => Kind::Lines(Format::JsonLines { field: text_field.to_string() }),
+        Some("parquet") | Some("pq") => Kind::Parquet,
+        _ => bail!("--input {}: expected a .txt (one text per line), .jsonl or .parquet file", path.display()),
+    })
 }
 
 impl Corpus {
-    /// Opens `path`, its format from the extension (`.txt`, `.jsonl`/`.ndjson`).
+    /// Opens `path`; JSON Lines and Parquet take their text from `text_field`.
     pub fn open(path: &Path, text_field: &str) -> anyhow::Result<Corpus> {
-        let format = match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-            Some("txt") | Some("text") => Format::Text,
-            Some("jsonl") | Some("ndjson") => Format::JsonLines { field: text_field.to_string() },
-            _ => bail!("--input {}: expected a .txt (one text per line) or .jsonl file", path.display()),
-        };
-        let file = File::open(path).with_context(|| format!("--input {}", path.display()))?;
-        Ok(Corpus { lines: BufReader::new(file).lines(), format, line: 0, name: path.display().to_string() })
+        Ok(match kind(path, text_field)? {
+            Kind::Lines(format) => Corpus::Lines(LineCorpus::open(path, format)?),
+            Kind::Parquet => Corpus::Parquet(Box::new(ParquetTexts::open(path, text_field)?)),
+        })
     }
 
-    /// How many texts `path` holds (a pass over its lines, far cheaper than embedding them).
+    /// How many texts `path` holds, for the progress bar.
     pub fn count(path: &Path) -> anyhow::Result<usize> {
-        let file = File::open(path).with_context(|| format!("--input {}", path.display()))?;
-        let mut n = 0;
-        for line in BufReader::new(file).lines() {
-            if !line?.trim().is_empty() {
-                n += 1;
-            }
+        match kind(path, "")? {
+            Kind::Lines(_) => LineCorpus::count(path),
+            Kind::Parquet => ParquetTexts::count(path),
         }
-        Ok(n)
     }
 
-    /// Up to `n` more texts; empty at the end. Blank lines are skipped (they hold no record).
+    /// Up to `n` more texts; empty at the end.
     pub fn next_chunk(&mut self, n: usize) -> anyhow::Result<Vec<String>> {
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let Some(line) = self.lines.next() else { break };
-            self.line += 1;
-            let line = line.with_context(|| format!("{}: line {}", self.name, self.line))?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            out.push(self.text(&line)?);
+        match self {
+            Corpus::Lines(c) => c.next_chunk(n),
+            Corpus::Parquet(c) => c.next_chunk(n),
         }
-        Ok(out)
     }
 
     /// Skips `n` texts (those a resumed run already wrote).
     pub fn skip(&mut self, n: usize) -> anyhow::Result<()> {
-        let mut left = n;
-        while left > 0 {
-            let chunk = self.next_chunk(left.min(65_536))?;
-            if chunk.is_empty() {
-                bail!("{}: the output already holds {n} vectors, more than the corpus's texts", self.name);
-            }
-            left -= chunk.len();
-        }
-        Ok(())
-    }
-
-    fn text(&self, line: &str) -> anyhow::Result<String> {
-        match &self.format {
-            Format::Text => Ok(line.to_string()),
-            Format::JsonLines { field } => {
-                let value: serde_json::Value = serde_json::from_str(line)
-                    .map_err(|e| anyhow!("{}: line {}: not JSON: {e}", self.name, self.line))?;
-                match value.get(field) {
-                    Some(serde_json::Value::String(s)) => Ok(s.clone()),
-                    Some(_) => bail!("{}: line {}: `{field}` is not a string", self.name, self.line),
-                    None => bail!("{}: line {}: no `{field}` field (--text-field)", self.name, self.line),
-                }
-            }
+        match self {
+            Corpus::Lines(c) => c.skip(n),
+            Corpus::Parquet(c) => c.skip(n),
         }
     }
 }

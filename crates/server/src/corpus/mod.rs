@@ -1,9 +1,14 @@
 //! `aleph embed`: a corpus file to a file of vectors, through the same engine that serves the model. It reads
 //! and writes a chunk at a time (memory stays flat for any corpus), keeps two chunks in the engine so its
 //! batcher never waits on the disk, resumes after the rows an earlier run wrote, and says its throughput.
+//! Ctrl-C or SIGTERM stops it after the chunks in the engine are written, with the output whole.
 
 mod input;
+mod lines;
 mod npy;
+mod output;
+mod parquet_texts;
+mod parquet_vectors;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -19,19 +24,21 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::cli::ServeArgs;
 use crate::startup::Loader;
 use input::Corpus;
-use npy::{Element, NpyWriter};
+use output::{Element, VectorFile};
 
 #[derive(Debug, Clone, Args)]
 pub struct EmbedArgs {
-    /// The corpus: a .txt file (one text per line) or JSON Lines (.jsonl, the text in --text-field).
+    /// The corpus: a .txt file (one text per line), JSON Lines (.jsonl) or Parquet (.parquet), the text of
+    /// the last two in --text-field.
     #[arg(long, env = "ALEPH_EMBED_INPUT", help_heading = "Corpus")]
     pub input: PathBuf,
 
-    /// Where the vectors go: a NumPy .npy file of [texts, dimensions], in corpus order.
+    /// Where the vectors go, in corpus order: a NumPy .npy file of [texts, dimensions], or a Parquet file
+    /// with an `embedding` list column.
     #[arg(long, env = "ALEPH_EMBED_OUTPUT", help_heading = "Corpus")]
     pub output: PathBuf,
 
-    /// The field of each JSON line that holds its text.
+    /// The field of each JSON line, or the Parquet column, that holds the text.
     #[arg(long, env = "ALEPH_EMBED_TEXT_FIELD", default_value = "text", help_heading = "Corpus")]
     pub text_field: String,
 
@@ -67,9 +74,7 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
     if args.chunk_size == 0 {
         bail!("--chunk-size must be at least 1");
     }
-    if !args.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("npy")) {
-        bail!("--output {}: expected a .npy file", args.output.display());
-    }
+    VectorFile::check_path(&args.output)?;
     // The input is checked before the model loads: a bad path fails in a second, not after a download.
     let total = Corpus::count(&args.input)?;
     let mut corpus = Corpus::open(&args.input, &args.text_field)?;
@@ -90,7 +95,7 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
         Some(Embedding::Dense(v)) => v.len(),
         _ => bail!("model `{}` has no dense output to write", handle.name()),
     };
-    let mut out = NpyWriter::open(&args.output, width, element, !args.no_resume)?;
+    let mut out = VectorFile::open(&args.output, width, element, !args.no_resume)?;
     let done = out.rows();
     corpus.skip(done)?;
     if done > 0 {
@@ -99,11 +104,54 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
 
     let bar = progress(total as u64, done as u64);
     let started = Instant::now();
-    let (mut texts, mut tokens) = (0usize, 0usize);
+    let mut tally = Tally::default();
+    // The output is made whole however the loop ends: at the end, on an error, or on a signal.
+    let result = embed_all(&handle, &embed, &mut corpus, &mut out, args.chunk_size, &bar, &mut tally).await;
+    bar.finish_and_clear();
+    let rows = out.rows();
+    out.finish()?;
+    let stopped = result?;
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "aleph embed: {} texts ({} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s; {} holds {rows} \
+         vectors of {width}",
+        tally.texts,
+        tally.tokens,
+        tally.texts as f64 / seconds.max(1e-9),
+        tally.tokens as f64 / seconds.max(1e-9),
+        args.output.display(),
+    );
+    if stopped {
+        eprintln!("aleph embed: stopped by a signal; run the same command again to go on from row {rows}");
+    }
+    let handle = Arc::try_unwrap(handle).map_err(|_| anyhow!("the engine is still in use"))?;
+    tokio::task::spawn_blocking(move || handle.shutdown()).await?;
+    Ok(())
+}
+
+#[derive(Default)]
+struct Tally {
+    texts: usize,
+    tokens: usize,
+}
+
+/// Embeds the rest of the corpus into `out`, keeping [`IN_FLIGHT`] chunks in the engine. Answers whether a
+/// signal stopped it (after the chunks already in the engine were written).
+async fn embed_all(
+    handle: &Arc<aleph_engine::ModelHandle>,
+    embed: &EmbedSpec,
+    corpus: &mut Corpus,
+    out: &mut VectorFile,
+    chunk_size: usize,
+    bar: &ProgressBar,
+    tally: &mut Tally,
+) -> anyhow::Result<bool> {
+    let mut stop = std::pin::pin!(crate::startup::shutdown_signal());
+    let mut stopped = false;
     let mut in_flight = VecDeque::new();
     loop {
-        while in_flight.len() < IN_FLIGHT {
-            let chunk = corpus.next_chunk(args.chunk_size)?;
+        while !stopped && in_flight.len() < IN_FLIGHT {
+            let chunk = corpus.next_chunk(chunk_size)?;
             if chunk.is_empty() {
                 break;
             }
@@ -112,8 +160,15 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
                 handle.embed(chunk.into_iter().map(Input::Text).collect(), &embed).await
             }));
         }
-        let Some(next) = in_flight.pop_front() else { break };
-        let embedded = next.await??;
+        let Some(next) = in_flight.front_mut() else { break };
+        let embedded = tokio::select! {
+            done = next => done??,
+            () = &mut stop, if !stopped => {
+                stopped = true;
+                continue;
+            }
+        };
+        in_flight.pop_front();
         let vectors: Vec<Vec<f32>> = embedded
             .embeddings
             .into_iter()
@@ -123,23 +178,11 @@ pub async fn run(args: EmbedArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?;
         out.append(&vectors)?;
-        texts += vectors.len();
-        tokens += embedded.run.prompt_tokens;
+        tally.texts += vectors.len();
+        tally.tokens += embedded.run.prompt_tokens;
         bar.inc(vectors.len() as u64);
     }
-    bar.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
-    eprintln!(
-        "aleph embed: {texts} texts ({tokens} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s; {} holds {} \
-         vectors of {width}",
-        texts as f64 / seconds.max(1e-9),
-        tokens as f64 / seconds.max(1e-9),
-        args.output.display(),
-        out.rows()
-    );
-    let handle = Arc::try_unwrap(handle).map_err(|_| anyhow!("the engine is still in use"))?;
-    tokio::task::spawn_blocking(move || handle.shutdown()).await?;
-    Ok(())
+    Ok(stopped)
 }
 
 /// A bar with rate and time left on a terminal; nothing otherwise (the summary line says the rate).

@@ -8,19 +8,14 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 
+use super::output::Element;
+
 /// The header's size: magic, version, length and the dict padded with spaces (a multiple of 64, as NumPy
 /// writes it), wide enough for any shape.
 const HEADER_LEN: usize = 128;
 const MAGIC: &[u8] = b"\x93NUMPY\x01\x00";
 
-/// The element type of the file (NumPy's `descr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Element {
-    F32,
-    I8,
-    U8,
-}
-
+/// NumPy's `descr` and the byte width of an element.
 impl Element {
     fn descr(self) -> &'static str {
         match self {
