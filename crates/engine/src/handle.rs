@@ -242,13 +242,16 @@ impl ModelHandle {
         self.cache.as_deref()
     }
 
-    /// The text to prepend for a request naming `requested` (else the model's default prompt, if any), or
-    /// why there is none.
+    /// The text to prepend for a request naming `requested`, else `--default-prompt-name`'s, else the one the
+    /// model's sentence-transformers config names `default_prompt_name` (as `SentenceTransformer.encode` applies
+    /// it), if any; or why there is none.
     pub fn prompt(&self, requested: Option<&str>) -> Result<Option<&str>, String> {
-        match requested.or(self.config.default_prompt_name.as_deref()) {
-            Some(name) => self.info.prompts.get(name).map(Some),
-            None => Ok(None),
+        if let Some(name) = requested.or(self.config.default_prompt_name.as_deref()) {
+            return self.info.prompts.get(name).map(Some);
         }
+        // sentence-transformers takes `.get(default_prompt_name)`: a name it does not define is no prompt.
+        let prompts = &self.info.prompts;
+        Ok(prompts.default_prompt_name.as_deref().and_then(|n| prompts.prompts.get(n)).map(String::as_str))
     }
 
     /// The dimensions an embedding request that names none gets: `--truncate-dim`, if set.

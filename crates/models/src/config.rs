@@ -116,6 +116,12 @@ impl ArchConfig {
         Task::Classify { labels, multi_label: self.problem_type.as_deref() == Some("multi_label_classification") }
     }
 
+    /// A causal LM with its LM head (`*ForCausalLM`, or a vision-language `*ForConditionalGeneration` such as
+    /// Qwen3-VL's): it may rerank through a prompt by its "yes" and "no" logits.
+    pub fn has_lm_head(&self) -> bool {
+        self.architectures.iter().any(|a| a.ends_with("ForCausalLM") || a.ends_with("ForConditionalGeneration"))
+    }
+
     /// Label names by id; `LABEL_i` where the config names none.
     pub fn labels(&self) -> Vec<String> {
         let n = if self.id2label.is_empty() { self.num_labels.unwrap_or(2) } else { self.id2label.len() };

@@ -175,11 +175,17 @@ impl<O: Ops> TokenEncoder<O> for Decoder<O> {
 
 /// Where a decoder's tensors live: the root of a `*Model` checkpoint, `model.` in a `*ForCausalLM` one.
 pub fn root(vb: candle_nn::VarBuilder) -> candle_nn::VarBuilder {
-    if vb.contains_tensor("model.embed_tokens.weight") {
-        vb.pp("model")
-    } else {
-        vb
+    let prefix = root_prefix(|name| vb.contains_tensor(name));
+    match prefix.strip_suffix('.') {
+        Some(p) => p.split('.').fold(vb, |vb, part| vb.pp(part)),
+        None => vb,
     }
+}
+
+/// Where a checkpoint keeps its decoder, as a tensor-name prefix: `model.` (a `*ForCausalLM`),
+/// `model.language_model.` (a vision-language model's, Qwen3-VL's), or none (a bare `*Model`).
+pub fn root_prefix(has: impl Fn(&str) -> bool) -> &'static str {
+    ["model.language_model.", "model."].into_iter().find(|p| has(&format!("{p}embed_tokens.weight"))).unwrap_or("")
 }
 
 /// Each row's position within its sequence, counting from `first`.

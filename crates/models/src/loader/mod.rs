@@ -454,7 +454,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     // What the config alone rules out is refused before the weights are read (an 8B checkpoint takes a
     // while); the loaded model's task is the final word.
     let arch = ArchConfig::read(dir)?;
-    let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
+    let causal_lm = arch.has_lm_head();
     let ruled_out = match (opts.task, arch.task()) {
         (ModelTask::Classify, t) => !matches!(t, Task::Classify { .. }),
         (ModelTask::Embed, t) => matches!(t, Task::Rerank | Task::Classify { .. }),
@@ -566,12 +566,13 @@ fn load_family(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<Load
         "xlm-roberta" if runs_jina_v3(arch) => return text::load_jina_v3(dir, arch, opts),
         "gemma3_text" => return text::load_gemma3(dir, arch, opts),
         "qwen3" | "qwen2" | "mistral" | "llama" => return text::load_llama(dir, arch, opts),
+        "qwen3_vl" => return text::load_qwen3_vl(dir, arch, opts),
         _ => {}
     }
     match Flavor::from_model_type(&arch.model_type) {
         Some(flavor) => text::load_bert_family(dir, arch, flavor, opts),
         None => Err(ModelError::Unsupported(format!(
-            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, deberta-v2, modernbert, new (GTE), gte, nomic_bert, qwen3, gemma3_text, qwen2, mistral, llama, clip, clap, colpali, colqwen2, siglip",
+            "model_type `{}` (architectures {:?}); supported: bert, roberta, xlm-roberta, camembert, mpnet, distilbert, deberta-v2, modernbert, new (GTE), gte, nomic_bert, qwen3, qwen3_vl (text), gemma3_text, qwen2, mistral, llama, clip, clap, colpali, colqwen2, siglip",
             arch.model_type, arch.architectures
         ))),
     }

@@ -29,8 +29,8 @@ use crate::models::gte::{self, Gte, GteConfig};
 use crate::models::jina_v3::{self, JinaV3, JinaV3Config};
 use crate::models::llama::{self, LlamaConfig};
 use crate::models::modernbert::{self, ModernBert, ModernBertConfig};
-use crate::models::qwen3;
 use crate::models::splade::{Splade, SpladeModel};
+use crate::models::{qwen3, qwen3_vl};
 use crate::pooling::{Pooling, PoolingChoice};
 use crate::st_config::{DenseActivation, PostModule, SentenceTransformerConfig};
 use crate::tokenizer::{PairTemplate, SpecialTokens, TextTokenizer};
@@ -359,7 +359,7 @@ pub(super) fn load_deberta(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) ->
 /// layers after the pooling).
 pub(super) fn load_gemma3(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let cfg: Gemma3Config = read_json(&dir.join("config.json"))?;
-    let family = DecoderFamily { spec: cfg.decoder()?, name: "Gemma3", reranker: None, appends: None };
+    let family = DecoderFamily { spec: cfg.decoder()?, name: "Gemma3", reranker: None, appends: None, chat: None };
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 
@@ -383,7 +383,33 @@ pub(super) fn load_llama(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> R
         && tokenizer_code_is(dir, "tokenization_qwen."))
     .then(|| SpecialTokens::read(dir).map(|t| t.eos_token.unwrap_or_else(|| "<|endoftext|>".into())))
     .transpose()?;
-    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker, appends };
+    let family = DecoderFamily { spec: cfg.spec, name: kind.name(), reranker, appends, chat: None };
+    load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
+}
+
+/// Qwen3-VL-Embedding and Qwen3-VL-Reranker (`qwen3_vl` checkpoints, `Qwen3VLForConditionalGeneration`) on
+/// text: the language model under `model.language_model`, each text in the chat frame their reference code
+/// renders, the embedder pooled at the last token and normalized, the reranker scored by "yes" against "no".
+/// The vision tower is not built yet: the model serves text, and images sent to it are refused as for any
+/// text model.
+pub(super) fn load_qwen3_vl(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
+    let path = dir.join("config.json");
+    let config: serde_json::Value = read_json(&path)?;
+    let cfg = LlamaConfig::from_value(&path, config.get("text_config"), llama::Family::Qwen3Vl)?;
+    let chat = ChatEmbedding {
+        prompts: qwen3_vl::embedding_prompts(),
+        frame: qwen3_vl::embedding_prefix,
+        suffix: qwen3_vl::EMBEDDING_SUFFIX,
+        longest: qwen3_vl::EMBEDDING_MAX_LENGTH,
+    };
+    let family = DecoderFamily {
+        spec: cfg.spec,
+        name: "Qwen3-VL",
+        reranker: Some(LmReranker::QWEN3_VL),
+        appends: None,
+        chat: Some(chat),
+    };
+    tracing::info!("Qwen3-VL serves text only here: its vision tower is not built yet, so images are refused");
     load_decoder(dir, arch, opts, &family, cfg.max_position_embeddings)
 }
 
@@ -414,6 +440,20 @@ struct DecoderFamily {
     reranker: Option<LmReranker>,
     /// A token the tokenizer's own code ends every sequence with.
     appends: Option<String>,
+    /// A chat model embedding each text inside its chat frame (Qwen3-VL-Embedding).
+    chat: Option<ChatEmbedding>,
+}
+
+/// How a chat model embeds a text, as its reference code does: a named prompt (the frame up to the user's turn,
+/// with the instruction) before it, the frame's end after it, the last token pooled and normalized where
+/// the checkpoint ships no sentence-transformers files of its own.
+struct ChatEmbedding {
+    prompts: crate::st_config::Prompts,
+    /// The frame up to the user's text around an instruction.
+    frame: fn(&str) -> String,
+    suffix: &'static str,
+    /// The reference's token cap.
+    longest: usize,
 }
 
 /// How a causal LM reranks: its prompt around each pair, and the answer tokens whose logits it compares.
@@ -427,6 +467,7 @@ struct LmReranker {
 impl LmReranker {
     const QWEN3: LmReranker = LmReranker { template: qwen3::reranker_template, yes: "yes", no: "no" };
     const MXBAI: LmReranker = LmReranker { template: llama::mxbai_reranker_template, yes: "1", no: "0" };
+    const QWEN3_VL: LmReranker = LmReranker { template: qwen3_vl::reranker_template, yes: "yes", no: "no" };
 }
 
 /// A decoder as an embedder (its pooling from the sentence-transformers files) or as an LLM reranker: a causal
@@ -440,11 +481,12 @@ fn load_decoder(
     family: &DecoderFamily,
     max_positions: usize,
 ) -> Result<LoadedModel, ModelError> {
-    let mut setup = Setup::new(dir, arch, opts, max_positions, family.spec.hidden)?;
+    let longest = family.chat.as_ref().map_or(max_positions, |c| c.longest.min(max_positions));
+    let mut setup = Setup::new(dir, arch, opts, longest, family.spec.hidden)?;
     if let Some(token) = &family.appends {
         setup.tokenizer = setup.tokenizer.appending(token)?;
     }
-    let causal_lm = arch.architectures.iter().any(|a| a.ends_with("ForCausalLM"));
+    let causal_lm = arch.has_lm_head();
     let reranker = match &opts.rerank_template {
         RerankTemplate::Auto => family.reranker,
         RerankTemplate::Qwen3 => Some(LmReranker::QWEN3),
@@ -495,6 +537,19 @@ fn load_decoder(
     } else {
         None
     };
+    if let (Some(chat), Task::Embed) = (&family.chat, &setup.task) {
+        if setup.st.pooling.is_none() {
+            (setup.pooling, setup.info.pooling) = (Pooling::LastToken, Pooling::LastToken);
+            setup.st.post = vec![PostModule::Normalize];
+        }
+        // Prompts of the checkpoint's own sentence-transformers config are instructions: each goes into the frame.
+        let own = std::mem::take(&mut setup.info.prompts);
+        let mut prompts = chat.prompts.clone();
+        prompts.prompts.extend(own.prompts.iter().map(|(name, instruction)| (name.clone(), (chat.frame)(instruction))));
+        prompts.default_prompt_name = own.default_prompt_name.or(prompts.default_prompt_name);
+        setup.info.prompts = prompts;
+        setup.tokenizer = setup.tokenizer.with_template(String::new(), chat.suffix.to_string());
+    }
     let vb = setup.vb.clone();
     let (encoder, backend) = encoder_of(family, &setup, decoder::root(vb))?;
     let h = family.spec.hidden;
@@ -503,7 +558,7 @@ fn load_decoder(
             // The language-model head's "yes" row minus its "no" row (the input embeddings, where tied): two rows
             // read from the checkpoint, not the whole table.
             Some((yes, no)) => {
-                let root = if vb.contains_tensor("model.embed_tokens.weight") { "model." } else { "" };
+                let root = decoder::root_prefix(|name| vb.contains_tensor(name));
                 let checkpoint = Checkpoint::find(dir)?;
                 let rows = match checkpoint.rows("lm_head.weight", &[yes, no])? {
                     Some(rows) => rows,

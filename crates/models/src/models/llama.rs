@@ -19,6 +19,10 @@ pub enum Family {
     Mistral,
     Qwen2,
     Qwen3,
+    /// Qwen3-VL's language model (`text_config` of a `qwen3_vl` checkpoint): Qwen3's layers with their own
+    /// defaults. Its multimodal rotary embedding gives text tokens one position on all three axes, which is
+    /// the plain rotary embedding.
+    Qwen3Vl,
 }
 
 impl Family {
@@ -32,12 +36,18 @@ impl Family {
         }
     }
 
+    /// Qwen3's per-head query and key norms (and its head width of 128 by default).
+    fn qk_norm(self) -> bool {
+        matches!(self, Family::Qwen3 | Family::Qwen3Vl)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Family::Llama => "Llama",
             Family::Mistral => "Mistral",
             Family::Qwen2 => "Qwen2",
             Family::Qwen3 => "Qwen3",
+            Family::Qwen3Vl => "Qwen3-VL",
         }
     }
 }
@@ -90,6 +100,20 @@ impl LlamaConfig {
         Self::from_file(f, family)
     }
 
+    /// A config nested in another (`text_config` of a `qwen3_vl` checkpoint); `null` or absent is every default.
+    pub fn from_value(
+        path: &std::path::Path,
+        value: Option<&serde_json::Value>,
+        family: Family,
+    ) -> Result<Self, ModelError> {
+        let f = match value.filter(|v| !v.is_null()) {
+            Some(v) => File::deserialize(v)
+                .map_err(|e| ModelError::BadFile { path: path.to_path_buf(), reason: format!("text_config: {e}") })?,
+            None => File::default(),
+        };
+        Self::from_file(f, family)
+    }
+
     fn from_file(f: File, family: Family) -> Result<Self, ModelError> {
         let name = family.name();
         let unsupported = |what: String| Err(ModelError::Unsupported(format!("{name} {what}")));
@@ -98,6 +122,7 @@ impl LlamaConfig {
             Family::Llama => (32_000, 4096, 11_008, None, 2048),
             Family::Mistral => (32_000, 4096, 14_336, Some(8), 4096 * 32),
             Family::Qwen2 | Family::Qwen3 => (151_936, 4096, 22_016, Some(32), 32_768),
+            Family::Qwen3Vl => (151_936, 4096, 22_016, Some(32), 128_000),
         };
         let heads = f.num_attention_heads.unwrap_or(32);
         let hidden = f.hidden_size.unwrap_or(hidden);
@@ -111,12 +136,13 @@ impl LlamaConfig {
         let window = match family {
             Family::Mistral => f.sliding_window.unwrap_or(Some(4096)),
             // Qwen2 and Qwen3 window only their layers past max_window_layers, and only with use_sliding_window.
-            Family::Qwen2 | Family::Qwen3 if f.use_sliding_window == Some(true) => {
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Vl if f.use_sliding_window == Some(true) => {
                 return unsupported("use_sliding_window (windows on the upper layers only)".into())
             }
             _ => None,
         };
-        let mut theta = f.rope_theta.unwrap_or(10_000.0);
+        // Qwen3VLTextConfig's `default_theta`; the others' RotaryEmbedding default.
+        let mut theta = f.rope_theta.unwrap_or(if family == Family::Qwen3Vl { 500_000.0 } else { 10_000.0 });
         for rope in [&f.rope_parameters, &f.rope_scaling].into_iter().flatten().filter(|v| !v.is_null()) {
             let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(|t| t.as_str());
             if kind.is_some_and(|k| k != "default") {
@@ -131,12 +157,12 @@ impl LlamaConfig {
             layers: f.num_hidden_layers.unwrap_or(32),
             heads,
             kv_heads: f.num_key_value_heads.or(kv).unwrap_or(heads),
-            head_dim: f.head_dim.unwrap_or(if family == Family::Qwen3 { 128 } else { hidden / heads.max(1) }),
+            head_dim: f.head_dim.unwrap_or(if family.qk_norm() { 128 } else { hidden / heads.max(1) }),
             act: Activation::parse(f.hidden_act.as_deref().unwrap_or("silu"))?,
             qkv_bias: family == Family::Qwen2,
             eps: f.rms_norm_eps.unwrap_or(1e-6),
             norm_plus_one: false,
-            qk_norm: family == Family::Qwen3,
+            qk_norm: family.qk_norm(),
             causal,
             // transformers' sliding mask keeps keys `j > i − window` (`window − 1` tokens behind); its
             // bidirectional one keeps `|i − j| ≤ window`.

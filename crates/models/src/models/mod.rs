@@ -17,6 +17,7 @@ pub mod llama;
 pub mod modernbert;
 pub mod qwen2_vl;
 pub mod qwen3;
+pub mod qwen3_vl;
 pub mod siglip;
 pub mod splade;
 pub mod static_model;

@@ -24,6 +24,7 @@ mod mxbai_reference;
 mod nomic_moe_reference;
 mod nomic_reference;
 mod qwen3_reference;
+mod qwen3_vl_reference;
 mod refusals;
 mod siglip_reference;
 mod weight_estimate;

@@ -23,6 +23,7 @@ mod jina_v3;
 mod memory_budget;
 mod openai_client;
 mod parity;
+mod qwen3_vl;
 mod rerank_classify;
 mod siglip;
 mod static_models;
