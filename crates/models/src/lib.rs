@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod batch;
+pub mod chat_template;
 pub mod config;
 pub mod cpu;
 pub mod debug;

@@ -136,6 +136,8 @@ pub struct TextTokenizer {
     /// Whitespace is stripped from both ends of a text first (jina-embeddings-v3's `custom_st.Transformer`, and
     /// sentence-transformers before 5, strip every input).
     strip: bool,
+    /// The checkpoint's chat template, for requests given as chat messages.
+    chat: Option<Arc<crate::chat_template::ChatTemplate>>,
 }
 
 /// How model2vec's `StaticModel.encode` tokenizes: the text cut to `char_limit` characters, no special tokens,
@@ -270,6 +272,7 @@ impl TextTokenizer {
             uncut: Arc::new(OnceLock::new()),
             static_rules: None,
             strip: false,
+            chat: None,
         })
     }
 
@@ -309,6 +312,17 @@ impl TextTokenizer {
         };
         tok.with_post_processor(Some(processor));
         Ok(self)
+    }
+
+    /// Renders chat messages through `template` ([`chat_template`](Self::chat_template)).
+    pub fn with_chat_template(mut self, template: crate::chat_template::ChatTemplate) -> Self {
+        self.chat = Some(Arc::new(template));
+        self
+    }
+
+    /// The checkpoint's chat template, if it ships one.
+    pub fn chat_template(&self) -> Option<&crate::chat_template::ChatTemplate> {
+        self.chat.as_deref()
     }
 
     /// Strips whitespace from both ends of every text before tokenizing it.
@@ -352,6 +366,7 @@ impl TextTokenizer {
             uncut: Arc::new(OnceLock::new()),
             static_rules: None,
             strip: false,
+            chat: None,
         }
     }
 

@@ -469,7 +469,11 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
             arch.architectures.first().map_or(arch.model_type.as_str(), String::as_str)
         )));
     }
-    let loaded = load_as_configured(dir, arch, opts)?;
+    let mut loaded = load_as_configured(dir, arch, opts)?;
+    // For vLLM's `messages` form: the checkpoint's chat template, where it ships one.
+    if let Some(template) = crate::chat_template::ChatTemplate::read(dir) {
+        loaded.tokenizer = loaded.tokenizer.with_chat_template(template);
+    }
     if !opts.task.accepts(&loaded.info.task) {
         return Err(ModelError::InvalidOption(format!(
             "--model-task {}: this checkpoint loads as {} ({})",

@@ -46,6 +46,26 @@ fn the_embedder_matches_its_reference_code_on_both_backends() {
     }
 }
 
+/// The checkpoint's chat template renders each reference conversation into the reference's prompt.
+#[test]
+fn the_chat_template_renders_the_reference_prompts() {
+    use aleph_models::chat_template::RenderOptions;
+    let r = reference("qwen3-vl-embed");
+    let loaded = load(&fixtures().join("qwen3-vl-embed"), &LoadOptions::default()).unwrap();
+    let template = loaded.tokenizer.chat_template().expect("chat_template.jinja");
+    let opts = RenderOptions { add_generation_prompt: true, ..Default::default() };
+    for input in r["inputs"].as_array().unwrap() {
+        let instruction = input["instruction"]
+            .as_str()
+            .map_or(qwen3_vl::EMBEDDING_INSTRUCTION.to_string(), |i| qwen3_vl::with_final_punctuation(i));
+        let messages = serde_json::json!([
+            {"role": "system", "content": [{"type": "text", "text": instruction}]},
+            {"role": "user", "content": [{"type": "text", "text": input["text"]}]}
+        ]);
+        assert_eq!(template.render(&messages, &opts).unwrap(), input["prompt"].as_str().unwrap());
+    }
+}
+
 #[test]
 fn int8_and_bf16_stay_close_to_f32() {
     let r = reference("qwen3-vl-embed");

@@ -109,6 +109,12 @@ async fn media_route(
         truncation_side: TruncationSide::Right,
         embed_dtype: EmbedDtype::Float32,
         endianness: Endianness::Native,
+        messages: None,
+        add_generation_prompt: false,
+        continue_final_message: false,
+        add_special_tokens: false,
+        chat_template: None,
+        chat_template_kwargs: None,
     };
     let result = embed(&state, &model, req).await;
     observe(model.name(), route, &result);
@@ -117,6 +123,10 @@ async fn media_route(
 
 async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> Result<Response, ApiError> {
     let inputs = match req.modality {
+        Modality::Text if req.messages.is_some() => {
+            require_capability(model, &req.model, req.modality.capability(), "modality")?;
+            super::chat_input::chat_input(state, model, &req).await?
+        }
         Modality::Text => {
             let inputs = validate_inputs("input", req.input, &state.limits)?;
             require_capability(model, &req.model, req.modality.capability(), "modality")?;

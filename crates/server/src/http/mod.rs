@@ -3,6 +3,7 @@
 
 mod admin;
 pub(crate) mod auth;
+mod chat_input;
 mod classify;
 pub mod cohere;
 mod embeddings;

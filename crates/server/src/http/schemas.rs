@@ -36,7 +36,7 @@ pub enum InputItem {
 
 /// `/embeddings`' `input`: a string, a list of strings, a list of token ids (one input), or a list of
 /// such lists; strings and id lists may be mixed, as TEI allows.
-#[derive(Debug, Clone, PartialEq, Eq, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, ToSchema)]
 #[schema(as = EmbeddingInput, value_type = Object)]
 pub struct InputItems(pub Vec<InputItem>);
 
@@ -254,7 +254,8 @@ impl Modality {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct EmbeddingRequest {
     /// Text to embed: one string or 1–2048 strings (the limit is `--max-client-batch-size`). With
-    /// `modality` image or audio: one or 1–32 data URIs or http(s) URLs.
+    /// `modality` image or audio: one or 1–32 data URIs or http(s) URLs. Absent with `messages`.
+    #[serde(default)]
     pub input: InputItems,
     /// Served model name. With a single model any name is accepted.
     #[serde(default = "default_model", deserialize_with = "null_model")]
@@ -303,6 +304,28 @@ pub struct EmbeddingRequest {
     /// vLLM's, for `base64`: `native` (the default; little on x86 and ARM), `little` or `big`.
     #[serde(default, deserialize_with = "null_default")]
     pub endianness: Endianness,
+    /// vLLM's chat form, instead of `input`: one conversation of OpenAI chat messages (`{role, content}`,
+    /// content a string or `{"type": "text", "text": ...}` parts), rendered by the model's chat template into
+    /// one prompt and embedded as one vector.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub messages: Option<serde_json::Value>,
+    /// vLLM's, with `messages`: end the prompt with the assistant's turn opened (false by default).
+    #[serde(default)]
+    pub add_generation_prompt: bool,
+    /// vLLM's, with `messages`: leave the last message open.
+    #[serde(default)]
+    pub continue_final_message: bool,
+    /// vLLM's, with `messages`: the tokenizer's special tokens around the rendered prompt (false by default).
+    #[serde(default)]
+    pub add_special_tokens: bool,
+    /// vLLM's, with `messages`: a Jinja chat template in place of the model's.
+    #[serde(default)]
+    pub chat_template: Option<String>,
+    /// vLLM's, with `messages`: more variables for the chat template.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Which end an over-long input keeps (vLLM's `truncation_side`).

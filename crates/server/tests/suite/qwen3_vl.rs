@@ -74,3 +74,66 @@ fn the_reranker_scores_with_its_prompt_and_the_requests_instruction() {
     let own = json!({"query": r["query"], "documents": docs, "instruction": r["other"]["instruction"]});
     close(&scores(own), &floats(&r["other"]["scores"]), "the request's instruction");
 }
+
+/// vLLM's chat form: the conversation rendered by the checkpoint's chat template. With the system instruction
+/// and `add_generation_prompt: true` it is the reference's prompt, so the same vector; vLLM's default (no
+/// generation prompt) is another prompt. Image parts are refused, naming the part.
+#[test]
+fn messages_render_through_the_models_chat_template() {
+    let r = reference("qwen3-vl-embed");
+    let query = &r["inputs"][1];
+    let model = tiny("qwen3-vl-embed");
+    let s = Server::start(&["--model-id", &model, "--no-model-warmup"]);
+    let messages = json!([
+        {"role": "system", "content": [{"type": "text", "text": query["instruction"]}]},
+        {"role": "user", "content": [{"type": "text", "text": query["text"]}]}
+    ]);
+    let body = json!({"messages": messages, "add_generation_prompt": true, "encoding_format": "float"});
+    let reply = s.post_json("/v1/embeddings", &body);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let got = reply.json();
+    assert_eq!(got["data"].as_array().unwrap().len(), 1, "one conversation, one vector");
+    close(&floats(&got["data"][0]["embedding"]), &floats(&query["embedding"]), "messages");
+    let ids = query["input_ids"].as_array().unwrap().len() as u64;
+    assert_eq!(got["usage"]["prompt_tokens"].as_u64(), Some(ids));
+    let plain = s.post_json("/v1/embeddings", &json!({"messages": messages})).json();
+    let fewer = plain["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(fewer < ids, "no `<|im_start|>assistant\\n`: {fewer} tokens against {ids}");
+
+    let image = json!([{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}, {"type": "text", "text": "a cat"}]}]);
+    let reply = s.post_json("/v1/embeddings", &json!({"messages": image}));
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("messages[0].content[0]") && reply.body.contains("image_url"), "{}", reply.body);
+    for (body, field) in [
+        (json!({"messages": messages, "input": "x"}), "messages"),
+        (json!({"messages": messages, "prompt_name": "query"}), "prompt_name"),
+        (json!({"messages": [{"content": "no role"}]}), "messages[0].role"),
+        (json!({"messages": "not a list"}), "messages"),
+    ] {
+        let reply = s.post_json("/v1/embeddings", &body);
+        assert!((400..500).contains(&reply.status), "{body}: {}", reply.body);
+        assert_eq!(reply.json()["error"]["param"].as_str(), Some(field), "{body}: {}", reply.body);
+    }
+}
+
+/// A model without a chat template refuses messages, naming why; a request's own `chat_template` is used, and
+/// `add_special_tokens` gives the tokenizer's special tokens, as the plain input gets them.
+#[test]
+fn a_requests_chat_template_serves_a_model_without_one() {
+    let s = Server::start(&["--model-id", &common::minilm(), "--no-model-warmup"]);
+    let messages = json!([{"role": "user", "content": "hello world"}]);
+    let reply = s.post_json("/v1/embeddings", &json!({"messages": messages}));
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("chat template"), "{}", reply.body);
+    let template = "{% for m in messages %}{{ m.content }}{% endfor %}";
+    let body = json!({"messages": messages, "chat_template": template, "add_special_tokens": true,
+                      "encoding_format": "float"});
+    let got = s.post_json("/v1/embeddings", &body).json();
+    let want = s.post_json("/v1/embeddings", &json!({"input": "hello world", "encoding_format": "float"})).json();
+    close(&floats(&got["data"][0]["embedding"]), &floats(&want["data"][0]["embedding"]), "the same text");
+    let broken = json!({"messages": messages, "chat_template": "{% for m in messages %}"});
+    let reply = s.post_json("/v1/embeddings", &broken);
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("chat template"), "{}", reply.body);
+}
