@@ -401,6 +401,7 @@ pub(super) fn load_qwen3_vl(dir: &Path, arch: &ArchConfig, opts: &LoadOptions) -
         frame: qwen3_vl::embedding_prefix,
         suffix: qwen3_vl::EMBEDDING_SUFFIX,
         longest: qwen3_vl::EMBEDDING_MAX_LENGTH,
+        rerank_longest: qwen3_vl::RERANK_MAX_LENGTH,
     };
     let family = DecoderFamily {
         spec: cfg.spec,
@@ -452,8 +453,10 @@ struct ChatEmbedding {
     /// The frame up to the user's text around an instruction.
     frame: fn(&str) -> String,
     suffix: &'static str,
-    /// The reference's token cap.
+    /// The reference embedder's token cap.
     longest: usize,
+    /// The reference reranker's (prompt frame aside).
+    rerank_longest: usize,
 }
 
 /// How a causal LM reranks: its prompt around each pair, and the answer tokens whose logits it compares.
@@ -481,11 +484,6 @@ fn load_decoder(
     family: &DecoderFamily,
     max_positions: usize,
 ) -> Result<LoadedModel, ModelError> {
-    let longest = family.chat.as_ref().map_or(max_positions, |c| c.longest.min(max_positions));
-    let mut setup = Setup::new(dir, arch, opts, longest, family.spec.hidden)?;
-    if let Some(token) = &family.appends {
-        setup.tokenizer = setup.tokenizer.appending(token)?;
-    }
     let causal_lm = arch.has_lm_head();
     let reranker = match &opts.rerank_template {
         RerankTemplate::Auto => family.reranker,
@@ -501,6 +499,16 @@ fn load_decoder(
             super::ModelTask::Auto => reranker.is_some() && trained_to_rank(),
             _ => false,
         };
+    // A chat model's reference code caps its inputs (its embedder and its reranker each at their own length).
+    let longest = match &family.chat {
+        Some(chat) if lm_reranks => chat.rerank_longest.min(max_positions),
+        Some(chat) => chat.longest.min(max_positions),
+        None => max_positions,
+    };
+    let mut setup = Setup::new(dir, arch, opts, longest, family.spec.hidden)?;
+    if let Some(token) = &family.appends {
+        setup.tokenizer = setup.tokenizer.appending(token)?;
+    }
     if lm_reranks || setup.task == Task::Rerank {
         let instruction = opts.rerank_instruction.clone();
         let template = match &opts.rerank_template {

@@ -16,6 +16,8 @@ pub const QUERY_INSTRUCTION: &str = "Retrieve images or text relevant to the use
 pub const EMBEDDING_SUFFIX: &str = "<|im_end|>\n<|im_start|>assistant\n";
 /// The reference embedder's token cap (`MAX_LENGTH`).
 pub const EMBEDDING_MAX_LENGTH: usize = 8192;
+/// The reference reranker's (`Qwen3VLReranker`'s `MAX_LENGTH`; it keeps the frame's last tokens beyond it).
+pub const RERANK_MAX_LENGTH: usize = 10240;
 
 /// The reranker's instruction when a request gives none (`Qwen3VLReranker`'s default).
 pub const RERANK_INSTRUCTION: &str = "Given a search query, retrieve relevant candidates that answer the query.";
@@ -24,21 +26,22 @@ pub const RERANK_INSTRUCTION: &str = "Given a search query, retrieve relevant ca
 /// text parts `<Instruct>: {instruction}`, `<Query>:`, the query, `\n<Document>:`, the document (the chat
 /// template joins parts with nothing between), then the generation prompt.
 pub fn reranker_template(instruction: Option<String>) -> PairTemplate {
-    PairTemplate {
-        prefix: "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the \
-                 Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
-            .into(),
-        pieces: vec!["<Instruct>: {instruction}<Query>:{query}\n<Document>:{document}".into()],
-        suffix: EMBEDDING_SUFFIX.into(),
-        instruction: Some(instruction.unwrap_or_else(|| RERANK_INSTRUCTION.into())),
-        instruction_format: None,
-        special_tokens: false,
-    }
+    super::qwen3::judge_template(
+        "<Instruct>: {instruction}<Query>:{query}\n<Document>:{document}",
+        EMBEDDING_SUFFIX,
+        instruction.unwrap_or_else(|| RERANK_INSTRUCTION.into()),
+        false,
+    )
 }
 
-/// The frame up to the user's text with `instruction` as the system message.
+/// The frame up to the user's text with `instruction` as the system message (an empty one is the default, as
+/// the reference's `instruction or default_instruction`).
 pub fn embedding_prefix(instruction: &str) -> String {
-    format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n", with_final_punctuation(instruction))
+    let instruction = match with_final_punctuation(instruction) {
+        empty if empty.is_empty() => EMBEDDING_INSTRUCTION.to_string(),
+        given => given,
+    };
+    format!("<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n")
 }
 
 /// The embedder's named prompts: `document` (the default instruction, used when a request names none) and
@@ -82,6 +85,7 @@ mod tests {
         // Symbols (Unicode S*) are not punctuation.
         assert_eq!(with_final_punctuation("a + b = c"), "a + b = c.");
         assert_eq!(with_final_punctuation("找到它。"), "找到它。");
+        assert_eq!(embedding_prefix("  "), embedding_prefix(EMBEDDING_INSTRUCTION), "empty: the default");
         let p = embedding_prompts();
         assert_eq!(p.default_prompt_name.as_deref(), Some("document"));
         assert_eq!(

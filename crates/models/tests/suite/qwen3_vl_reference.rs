@@ -57,7 +57,7 @@ fn the_chat_template_renders_the_reference_prompts() {
     for input in r["inputs"].as_array().unwrap() {
         let instruction = input["instruction"]
             .as_str()
-            .map_or(qwen3_vl::EMBEDDING_INSTRUCTION.to_string(), |i| qwen3_vl::with_final_punctuation(i));
+            .map_or(qwen3_vl::EMBEDDING_INSTRUCTION.to_string(), qwen3_vl::with_final_punctuation);
         let messages = serde_json::json!([
             {"role": "system", "content": [{"type": "text", "text": instruction}]},
             {"role": "user", "content": [{"type": "text", "text": input["text"]}]}
@@ -113,5 +113,26 @@ fn the_reranker_scores_as_its_reference_code_on_both_backends() {
             let d = max_diff(&got, &floats(&c["logit_differences"]));
             assert!(d < 1e-4, "{name} {case}: {got:?}");
         }
+    }
+}
+
+/// The windows are the reference code's caps, 8,192 tokens for the embedder and 10,240 for the reranker, under a
+/// config whose positions allow more.
+#[test]
+fn the_windows_are_the_reference_codes_caps() {
+    for (name, want) in [("qwen3-vl-embed", 8192), ("qwen3-vl-rerank", 10240)] {
+        let dir = std::env::temp_dir().join(format!("aleph-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(fixtures().join(name)).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        config["text_config"]["max_position_embeddings"] = 262_144.into();
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let loaded = load(&dir, &LoadOptions::default()).unwrap();
+        assert_eq!(loaded.info.window, want, "{name}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
