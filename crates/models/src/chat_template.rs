@@ -49,6 +49,11 @@ impl ChatTemplate {
         ChatTemplate { source, bos_token, eos_token }
     }
 
+    /// Another template's `source` with this one's special tokens (a request's own template).
+    pub fn with_source(&self, source: String) -> ChatTemplate {
+        ChatTemplate { source, ..self.clone() }
+    }
+
     /// `messages` rendered into one prompt; a template error names what went wrong (as a client error: the
     /// messages are the client's).
     pub fn render(&self, messages: &serde_json::Value, opts: &RenderOptions) -> Result<String, String> {

@@ -221,6 +221,14 @@ mod tests {
             read(r#"{"rope_parameters": {"rope_type": "default", "rope_theta": 1000000}}"#, Family::Qwen3).unwrap();
         assert_eq!((q3.spec.rope_theta, q3.spec.kv_heads, q3.spec.head_dim, q3.spec.qk_norm), (1e6, 32, 128, true));
         assert_eq!(read("{}", Family::Qwen3).unwrap().spec.rope_theta, 10_000.0);
+        // Qwen3VLTextConfig's own defaults (its `default_theta`, 128,000 positions), read from a nested value.
+        let v = LlamaConfig::from_value(std::path::Path::new("config.json"), None, Family::Qwen3Vl).unwrap();
+        assert_eq!((v.spec.rope_theta, v.max_position_embeddings, v.spec.head_dim), (500_000.0, 128_000, 128));
+        assert!(v.spec.qk_norm && !v.spec.qkv_bias && v.spec.causal);
+        let nested = serde_json::json!({"hidden_size": 64, "num_attention_heads": 4, "rope_parameters":
+            {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": true}});
+        let v = LlamaConfig::from_value(std::path::Path::new("config.json"), Some(&nested), Family::Qwen3Vl).unwrap();
+        assert_eq!((v.spec.rope_theta, v.spec.hidden, v.spec.kv_heads), (5e6, 64, 32));
         let l = read(r#"{"num_attention_heads": 8, "hidden_size": 64}"#, Family::Llama).unwrap();
         assert_eq!((l.spec.kv_heads, l.spec.head_dim, l.max_position_embeddings), (8, 8, 2048));
         for (json, family, what) in [

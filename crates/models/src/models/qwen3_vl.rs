@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use unicode_categories::UnicodeCategories;
+
 use crate::st_config::Prompts;
 use crate::tokenizer::PairTemplate;
 
@@ -55,22 +57,14 @@ pub fn embedding_prompts() -> Prompts {
 }
 
 /// The reference's rule for an instruction: stripped, and given a full stop unless it ends in punctuation
-/// (any Unicode `P*` category; the ASCII and common CJK marks here).
+/// (any Unicode `P*` category, as `unicodedata.category(c).startswith('P')`).
 pub fn with_final_punctuation(instruction: &str) -> String {
     let instruction = instruction.trim();
     match instruction.chars().last() {
-        Some(c) if is_punctuation(c) => instruction.to_string(),
+        Some(c) if c.is_punctuation() => instruction.to_string(),
         Some(_) => format!("{instruction}."),
         None => String::new(),
     }
-}
-
-fn is_punctuation(c: char) -> bool {
-    c.is_ascii_punctuation() && !"$+<=>^`|~".contains(c)
-        || matches!(
-            c,
-            '。' | '，' | '、' | '！' | '？' | '：' | '；' | '…' | '」' | '』' | '）' | '”' | '’' | '»' | '«'
-        )
 }
 
 #[cfg(test)]
@@ -85,6 +79,8 @@ mod tests {
         // Symbols (Unicode S*) are not punctuation.
         assert_eq!(with_final_punctuation("a + b = c"), "a + b = c.");
         assert_eq!(with_final_punctuation("找到它。"), "找到它。");
+        assert_eq!(with_final_punctuation("¿Dónde está?"), "¿Dónde está?");
+        assert_eq!(with_final_punctuation("quote»"), "quote»");
         assert_eq!(embedding_prefix("  "), embedding_prefix(EMBEDDING_INSTRUCTION), "empty: the default");
         let p = embedding_prompts();
         assert_eq!(p.default_prompt_name.as_deref(), Some("document"));

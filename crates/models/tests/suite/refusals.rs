@@ -257,3 +257,21 @@ fn a_colqwen_over_another_vlm_is_refused_naming_it() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Qwen3-VL's language model: a scaled rotary embedding or upper-layer sliding windows in `text_config` are
+/// refused on every backend, naming the field, as for Qwen3.
+#[test]
+fn qwen3_vl_text_variants_are_refused_on_every_backend() {
+    type Edit = fn(&mut Value);
+    let yarn: Edit = |c| c["text_config"]["rope_parameters"]["rope_type"] = "yarn".into();
+    let window: Edit = |c| c["text_config"]["use_sliding_window"] = true.into();
+    let cases = [("q3vl-yarn", yarn, "rope type"), ("q3vl-window", window, "use_sliding_window")];
+    for (name, edit, field) in cases {
+        let dir = variant("qwen3-vl-embed", name, edit);
+        for (backend, label) in backends() {
+            let e = load_error(&dir, &LoadOptions { backend, ..Default::default() });
+            assert!(e.contains("Qwen3-VL") && e.contains(field), "{name} on {label}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

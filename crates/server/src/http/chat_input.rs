@@ -2,8 +2,10 @@
 //! template into one prompt, tokenized as vLLM does (no special tokens unless asked), and embedded as one
 //! vector. Only text parts are taken: a model that reads images gets them through `modality: image` today.
 
+use std::sync::Arc;
+
 use aleph_engine::{Input, ModelHandle};
-use aleph_models::chat_template::RenderOptions;
+use aleph_models::chat_template::{ChatTemplate, RenderOptions};
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -12,7 +14,11 @@ use super::state::AppState;
 use super::validate::validate_text;
 
 /// The conversation of `req` as one input of token ids.
-pub async fn chat_input(state: &AppState, model: &ModelHandle, req: &EmbeddingRequest) -> Result<Vec<Input>, ApiError> {
+pub async fn chat_input(
+    state: &AppState,
+    model: &Arc<ModelHandle>,
+    req: &EmbeddingRequest,
+) -> Result<Vec<Input>, ApiError> {
     let Some(messages) = &req.messages else {
         return Err(ApiError::unprocessable("no `messages`").with_param("messages"));
     };
@@ -31,29 +37,33 @@ pub async fn chat_input(state: &AppState, model: &ModelHandle, req: &EmbeddingRe
             .with_param("continue_final_message"));
     }
     check_messages(messages, state)?;
-    let tokenizer = model.tokenizer().clone();
-    let template = match (&req.chat_template, tokenizer.chat_template()) {
-        (Some(own), _) => aleph_models::chat_template::ChatTemplate::new(own.clone(), None, None),
-        (None, Some(t)) => t.clone(),
-        (None, None) => {
-            return Err(ApiError::bad_request(format!(
-                "model `{}` ships no chat template (chat_template.jinja or tokenizer_config.json): send `input`, \
-                 or a `chat_template`",
-                model.name()
-            ))
-            .with_param("messages"))
-        }
-    };
+    if req.chat_template.is_none() && model.tokenizer().chat_template().is_none() {
+        return Err(ApiError::bad_request(format!(
+            "model `{}` ships no chat template (chat_template.jinja or tokenizer_config.json): send `input`, or a \
+             `chat_template`",
+            model.name()
+        ))
+        .with_param("messages"));
+    }
     let opts = RenderOptions {
         add_generation_prompt: req.add_generation_prompt,
         continue_final_message: req.continue_final_message,
         extra: req.chat_template_kwargs.clone().unwrap_or_default(),
     };
-    let (messages, add_special) = (messages.clone(), req.add_special_tokens);
+    // The handle, not the tokenizer, goes to the pool: cloning a tokenizer copies its whole vocabulary.
+    let job = model.clone();
+    let (messages, add_special, own) = (messages.clone(), req.add_special_tokens, req.chat_template.clone());
     let ids = state
         .pool()
         .run(move || -> Result<Vec<u32>, String> {
-            let prompt = template.render(&messages, &opts)?;
+            let tokenizer = job.tokenizer();
+            // A request's own template is rendered with the model's special tokens, where its template names them.
+            let prompt = match (own, tokenizer.chat_template()) {
+                (Some(source), Some(t)) => t.with_source(source).render(&messages, &opts),
+                (Some(source), None) => ChatTemplate::new(source, None, None).render(&messages, &opts),
+                (None, Some(t)) => t.render(&messages, &opts),
+                (None, None) => Err("the model ships no chat template".to_string()),
+            }?;
             let ids = if add_special {
                 tokenizer.tokenize(&prompt, true).map(|spans| spans.into_iter().map(|s| s.id).collect())
             } else {

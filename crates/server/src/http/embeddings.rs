@@ -121,7 +121,7 @@ async fn media_route(
     result
 }
 
-async fn embed(state: &AppState, model: &ModelHandle, req: EmbeddingRequest) -> Result<Response, ApiError> {
+async fn embed(state: &AppState, model: &Arc<ModelHandle>, req: EmbeddingRequest) -> Result<Response, ApiError> {
     let inputs = match req.modality {
         Modality::Text if req.messages.is_some() => {
             require_capability(model, &req.model, req.modality.capability(), "modality")?;

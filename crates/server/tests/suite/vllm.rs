@@ -76,10 +76,10 @@ fn a_cross_encoder_scores_pairs_as_it_reranks() {
     assert!(e["error"]["message"].as_str().unwrap().contains("scores no pairs"), "{e}");
 }
 
-#[test]
-fn an_embedder_scores_by_cosine_and_colbert_by_maxsim() {
+/// MiniLM as `mini` and the tiny ColBERT as `colbert`, in one server.
+fn mini_and_colbert() -> Server {
     let (mini, colbert) = (minilm(), tiny("colbert"));
-    let s = Server::start(&[
+    Server::start(&[
         "--model-id",
         &mini,
         "--served-model-name",
@@ -89,7 +89,12 @@ fn an_embedder_scores_by_cosine_and_colbert_by_maxsim() {
         "--served-model-name",
         "colbert",
         "--no-model-warmup",
-    ]);
+    ])
+}
+
+#[test]
+fn an_embedder_scores_by_cosine_and_colbert_by_maxsim() {
+    let s = mini_and_colbert();
     let texts = ["A man is playing a guitar.", "Someone plays an instrument.", "The stock market fell."];
     let reply = s.post_json("/score", &json!({"model": "mini", "text_1": texts[0], "text_2": texts[1..]})).json();
     let e = s.post_json("/embeddings", &json!({"model": "mini", "input": texts})).json();
@@ -403,18 +408,7 @@ fn post_raw(s: &Server, path: &str, body: &Value) -> (u16, Option<String>, Optio
 
 #[test]
 fn bytes_formats_answer_the_raw_vectors_with_vllms_metadata() {
-    let (mini, colbert) = (minilm(), tiny("colbert"));
-    let s = Server::start(&[
-        "--model-id",
-        &mini,
-        "--served-model-name",
-        "mini",
-        "--model-id",
-        &colbert,
-        "--served-model-name",
-        "colbert",
-        "--no-model-warmup",
-    ]);
+    let s = mini_and_colbert();
     let texts = ["The quick brown fox", "jumps over the lazy dog", "!"];
     let floats_of = |model: &str| s.post_json("/v1/embeddings", &json!({"model": model, "input": texts})).json();
     let want = floats_of("mini");
